@@ -1,0 +1,458 @@
+"""`App`: the task registry, the connection to PostgreSQL, and enqueueing."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, overload
+
+import pluggy
+import psycopg
+
+from pgtasks import migrate as _migrate
+from pgtasks.errors import AlreadyQueued, ConfigurationError, JobNotFound, UnknownTask
+from pgtasks.hookspecs import hookimpl
+from pgtasks.plugins import call_isolated, make_plugin_manager
+from pgtasks.records import Job
+from pgtasks.result import AsyncResult
+from pgtasks.serialization import dumps
+from pgtasks.settings import Settings
+from pgtasks.store import AnyConnection, Store
+from pgtasks.task import (
+    Signature,
+    Task,
+    TaskOptions,
+    check_countdown,
+    check_eta,
+    check_priority,
+    check_queue,
+    resolve_key,
+)
+
+__all__ = ["App"]
+
+log = logging.getLogger("pgtasks")
+
+_COPY_THRESHOLD = 64  # batches at least this big go through COPY when they can
+
+
+class _CoreExecution:
+    """pgtasks' own, innermost implementation of `pgtasks_execute_job`."""
+
+    @hookimpl(trylast=True)
+    def pgtasks_execute_job(self, context: Any) -> Any:
+        from pgtasks.execution import call_task
+
+        return call_task(context)
+
+
+class App:
+    """A pgtasks application: tasks, plugins and the database they share.
+
+    Args:
+        name: the app's name (used in logs and worker ids).
+        dsn: PostgreSQL DSN. Resolution order: this argument, ``PGTASKS_DSN``,
+            ``DATABASE_URL``, then the embedded PostgreSQL (started on first use).
+        settings: a ready `Settings` (then ``dsn`` must be None).
+        load_entry_points: load plugins of the ``pgtasks`` entry-point group
+            (default: from settings, True unless ``PGTASKS_DISABLE_PLUGIN_AUTOLOAD``).
+        plugins: extra plugin objects or modules to register.
+
+    Raises:
+        ConfigurationError: conflicting arguments or a broken plugin.
+    """
+
+    def __init__(
+        self,
+        name: str = "pgtasks",
+        dsn: str | None = None,
+        *,
+        settings: Settings | None = None,
+        load_entry_points: bool | None = None,
+        plugins: Sequence[object] = (),
+    ) -> None:
+        if settings is not None and dsn is not None:
+            raise ConfigurationError("pass either dsn or settings, not both")
+        self.name = name
+        self.settings = settings or Settings.from_env(dsn)
+        self.tasks: dict[str, Task] = {}
+        self._store: Store | None = None
+        self._store_lock = threading.Lock()
+        autoload = self.settings.load_entry_points if load_entry_points is None else load_entry_points
+        self.plugin_manager: pluggy.PluginManager = make_plugin_manager(load_entry_points=autoload)
+        self.plugin_manager.register(_CoreExecution(), name="pgtasks.core")
+        for plugin in plugins:
+            self.plugin_manager.register(plugin)
+        self.plugin_manager.hook.pgtasks_register_tasks.call_historic(kwargs={"app": self})
+
+    def __repr__(self) -> str:
+        return f"<App {self.name} dsn from {self.settings.dsn_source}>"
+
+    # -- database ----------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        """The `Store` (opened on first use; starts the embedded server if no DSN is set)."""
+        if self._store is None:
+            with self._store_lock:
+                if self._store is None:
+                    self._store = Store(
+                        self.settings.resolve_dsn(),
+                        max_size=self.settings.pool_size,
+                        prepare_threshold=self.settings.prepare_threshold,
+                    )
+        return self._store
+
+    def migrate(self) -> list[str]:
+        """Create or upgrade the ``pgtasks`` schema; idempotent and safe to run concurrently.
+
+        Returns:
+            Names (``NNNN_name``) of the migrations this call applied.
+        """
+        return [f"{m.version:04d}_{m.name}" for m in _migrate.migrate(self.store)]
+
+    def close(self) -> None:
+        """Close the connection pool (it reopens on next use)."""
+        if self._store is not None:
+            self._store.close()
+
+    # -- tasks ---------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[..., Any], /) -> Task: ...
+
+    @overload
+    def task(self, fn: None = None, /, **options: Any) -> Callable[[Callable[..., Any]], Task]: ...
+
+    def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+        """Register a function as a task: ``@app.task`` or ``@app.task(queue="ocr", ...)``.
+
+        Args:
+            fn: the function (sync or ``async def``).
+            options: `TaskOptions` fields: ``name``, ``queue``, ``priority``,
+                ``max_retries``, ``autoretry_for``, ``retry_backoff``,
+                ``retry_backoff_max``, ``retry_jitter``, ``default_retry_delay``,
+                ``time_limit``, ``soft_time_limit``, ``bind``, ``acks_late``,
+                ``lock``, ``unique_key``, ``tenant``, ``retry_on_worker_lost``.
+
+        Raises:
+            ConfigurationError: an unknown option, a bad value, or a name already
+                registered to another function.
+        """
+
+        def register(func: Callable[..., Any]) -> Task:
+            return self.register_task(func, **options)
+
+        return register(fn) if fn is not None else register
+
+    def register_task(self, fn: Callable[..., Any], **options: Any) -> Task:
+        """Register ``fn`` with options (what ``@app.task`` does)."""
+        known = set(TaskOptions.__dataclass_fields__)
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown task option(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
+            )
+        options.setdefault("name", f"{fn.__module__}.{fn.__qualname__}")
+        if "autoretry_for" in options:
+            options["autoretry_for"] = tuple(options["autoretry_for"])
+        task = Task(self, fn, TaskOptions(**options))
+        existing = self.tasks.get(task.name)
+        if existing is not None:
+            raise ConfigurationError(
+                f"task name {task.name!r} is already registered to "
+                f"{existing.fn.__module__}.{existing.fn.__qualname__}"
+            )
+        self.tasks[task.name] = task
+        return task
+
+    def get_task(self, name: str) -> Task:
+        """The task registered under ``name``.
+
+        Raises:
+            UnknownTask: none is.
+        """
+        try:
+            return self.tasks[name]
+        except KeyError:
+            raise UnknownTask(name) from None
+
+    # -- enqueue -------------------------------------------------------------------
+
+    def _job_params(
+        self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        opts = task.options
+        queue = options.get("queue") or opts.queue
+        check_queue(queue)
+        priority = options.get("priority", opts.priority)
+        check_priority(priority)
+        tenant = options.get("tenant", opts.tenant)
+        if not isinstance(tenant, str):
+            raise ConfigurationError(f"tenant must be a string, got {tenant!r}")
+        countdown = options.get("countdown")
+        eta = options.get("eta")
+        if countdown is not None and eta is not None:
+            raise ConfigurationError("give countdown or eta, not both")
+        countdown = None if countdown is None else check_countdown(countdown)
+        eta = None if eta is None else check_eta(eta)
+        max_retries = options.get("max_retries", opts.max_retries)
+        max_attempts = TaskOptions(name=opts.name, max_retries=max_retries).max_attempts
+        lock = options["lock"] if "lock" in options else resolve_key(opts.lock, args, kwargs)
+        unique_key = (
+            options["unique_key"] if "unique_key" in options else resolve_key(opts.unique_key, args, kwargs)
+        )
+        for label, key in (("lock", lock), ("unique_key", unique_key)):
+            if key is not None and (not isinstance(key, str) or not key or "\x00" in key):
+                raise ConfigurationError(f"{label} must be a non-empty string without NUL, got {key!r}")
+        headers = dict(options.get("headers") or {})
+        if self.plugin_manager.hook.pgtasks_before_enqueue.get_hookimpls():
+            resolved = {
+                "queue": queue,
+                "priority": priority,
+                "tenant": tenant,
+                "lock": lock,
+                "unique_key": unique_key,
+                "countdown": countdown,
+                "eta": eta,
+            }
+            self.plugin_manager.hook.pgtasks_before_enqueue(
+                task_name=task.name, options=resolved, headers=headers
+            )
+        return {
+            "task_name": task.name,
+            "queue": queue,
+            "tenant": tenant,
+            "args": dumps(list(args), "args"),
+            "kwargs": dumps(kwargs, "kwargs"),
+            "headers": dumps(headers, "headers"),
+            "priority": priority,
+            "max_attempts": max_attempts,
+            "countdown": countdown,
+            "eta": eta,
+            "lock_key": lock,
+            "unique_key": unique_key,
+            "retry_on_worker_lost": opts.retry_on_worker_lost,
+        }
+
+    @staticmethod
+    def _check_connection(conn: object) -> AnyConnection | None:
+        if conn is None:
+            return None
+        if not isinstance(conn, psycopg.Connection):
+            raise ConfigurationError(
+                f"connection must be a psycopg (sync) Connection, got {type(conn).__name__}"
+            )
+        return conn
+
+    def enqueue(
+        self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]
+    ) -> AsyncResult:
+        """Write one job (what `Task.apply_async` calls); see there for arguments and errors."""
+        conn = self._check_connection(options.get("connection"))
+        params = self._job_params(task, args, kwargs, options)
+        params.update(
+            trigger=options.get("_trigger", "api"),
+            schedule_name=options.get("_schedule_name"),
+            scheduled_for=options.get("_scheduled_for"),
+            parent_id=options.get("_parent_id"),
+            correlation_id=options.get("_correlation_id"),
+        )
+        return AsyncResult(self._insert(params, conn), self)
+
+    def _insert(self, params: dict[str, Any], conn: AnyConnection | None) -> int:
+        for _ in range(3):
+            row = self.store.fetch_one("job_insert", params, conn=conn)
+            if row is not None:
+                job_id = int(row["id"])
+                call_isolated(
+                    self.plugin_manager,
+                    "pgtasks_after_enqueue",
+                    task_name=params["task_name"],
+                    job_ids=[job_id],
+                    in_transaction=conn is not None,
+                )
+                return job_id
+            holder = self.store.fetch_one("job_find_unique", {"unique_key": params["unique_key"]}, conn=conn)
+            if holder is not None:
+                raise AlreadyQueued(params["unique_key"], int(holder["id"]))
+            # The holder finished between our insert and the lookup: try again.
+        raise AlreadyQueued(params["unique_key"], -1)
+
+    def bulk_apply(self, signatures: Iterable[Signature], *, connection: Any = None) -> list[AsyncResult]:
+        """Enqueue many calls in one round trip (COPY for plain batches, one INSERT otherwise).
+
+        Args:
+            signatures: ``task.s(*args, **kwargs)`` values, optionally ``.set(...)``.
+            connection: the caller's psycopg connection (jobs commit with it).
+
+        Returns:
+            One `AsyncResult` per written job. Jobs whose unique key is already held
+            are skipped (use `Task.apply_async` to get `AlreadyQueued` per call).
+
+        Raises:
+            ConfigurationError, SerializationError: nothing is written.
+        """
+        conn = self._check_connection(connection)
+        rows = [self._job_params(s.task, tuple(s.args), dict(s.kwargs), s.options) for s in signatures]
+        if not rows:
+            return []
+        plain = all(r["unique_key"] is None and r["countdown"] is None and r["eta"] is None for r in rows)
+        queues = sorted({r["queue"] for r in rows})
+        with self.store.transaction(conn) as tx:
+            if plain and len(rows) >= _COPY_THRESHOLD:
+                ids = [
+                    int(r["id"]) for r in self.store.fetch_all("job_ids_reserve", {"n": len(rows)}, conn=tx)
+                ]
+                self.store.copy_in(
+                    "job_copy_in",
+                    (
+                        (
+                            job_id,
+                            r["task_name"],
+                            r["queue"],
+                            r["tenant"],
+                            r["args"],
+                            r["kwargs"],
+                            r["headers"],
+                            r["priority"],
+                            r["max_attempts"],
+                            r["lock_key"],
+                            r["retry_on_worker_lost"],
+                        )
+                        for job_id, r in zip(ids, rows, strict=True)
+                    ),
+                    conn=tx,
+                )
+                self.store.fetch_all("job_notify_queues", {"queues": queues}, conn=tx)
+            else:
+                params = {
+                    "task_names": [r["task_name"] for r in rows],
+                    "queues": [r["queue"] for r in rows],
+                    "tenants": [r["tenant"] for r in rows],
+                    "args": [r["args"] for r in rows],
+                    "kwargs": [r["kwargs"] for r in rows],
+                    "headers": [r["headers"] for r in rows],
+                    "priorities": [r["priority"] for r in rows],
+                    "max_attempts": [r["max_attempts"] for r in rows],
+                    "etas": [r["eta"] for r in rows],
+                    "countdowns": [r["countdown"] for r in rows],
+                    "lock_keys": [r["lock_key"] for r in rows],
+                    "unique_keys": [r["unique_key"] for r in rows],
+                    "retry_on_worker_lost": [r["retry_on_worker_lost"] for r in rows],
+                }
+                ids = [int(r["id"]) for r in self.store.fetch_all("job_insert_many", params, conn=tx)]
+                self.store.fetch_all("job_notify_queues", {"queues": queues}, conn=tx)
+        names = {r["task_name"] for r in rows}
+        call_isolated(
+            self.plugin_manager,
+            "pgtasks_after_enqueue",
+            task_name=names.pop() if len(names) == 1 else "*",
+            job_ids=ids,
+            in_transaction=conn is not None,
+        )
+        return [AsyncResult(i, self) for i in ids]
+
+    # -- jobs ----------------------------------------------------------------------
+
+    def AsyncResult(self, id: int) -> AsyncResult:
+        """A handle on an existing job by id."""
+        return AsyncResult(id, self)
+
+    def get_job(self, job_id: int) -> Job:
+        """The job record.
+
+        Raises:
+            JobNotFound: no job has this id.
+        """
+        row = self.store.fetch_one("job_get", {"id": job_id})
+        if row is None:
+            raise JobNotFound(job_id)
+        return Job.from_row(row)
+
+    def cancel(self, job_id: int, *, terminate: bool = False) -> bool:
+        """Cancel a job: queued ones at once, running ones by request.
+
+        Returns:
+            True if the job was queued or running; False if it had already finished.
+
+        Raises:
+            JobNotFound: no job has this id.
+        """
+        error = dumps(
+            {
+                "type": "Cancelled",
+                "code": "CANCELLED",
+                "class": "permanent",
+                "message": "cancelled before it started",
+            }
+        )
+        row = self.store.fetch_one(
+            "job_cancel", {"id": job_id, "now": None, "error": error, "terminate": terminate}
+        )
+        if row is not None:
+            return True
+        self.get_job(job_id)  # raises JobNotFound
+        return False
+
+    def requeue(self, job_id: int) -> bool:
+        """Put a failed, cancelled or partially failed job back in the queue (attempts start over).
+
+        Returns:
+            True if requeued; False if the job is queued, running or succeeded.
+
+        Raises:
+            JobNotFound: no job has this id.
+        """
+        if self.store.fetch_one("job_requeue", {"id": job_id, "now": None}) is not None:
+            return True
+        self.get_job(job_id)
+        return False
+
+    def list_jobs(
+        self,
+        *,
+        status: str | None = None,
+        queue: str | None = None,
+        task_name: str | None = None,
+        tenant: str | None = None,
+        before_id: int | None = None,
+        limit: int = 50,
+    ) -> list[Job]:
+        """Jobs newest first, filtered; page with ``before_id`` = last id of the previous page."""
+        rows = self.store.fetch_all(
+            "job_list",
+            {
+                "status": status,
+                "queue": queue,
+                "task_name": task_name,
+                "tenant": tenant,
+                "before_id": before_id,
+                "limit": limit,
+            },
+        )
+        return [Job.from_row(r) for r in rows]
+
+    def queue_stats(self) -> list[dict[str, Any]]:
+        """Job counts per queue and status: ``[{"queue", "status", "jobs", "oldest_run_at"}]``."""
+        return self.store.fetch_all("queue_stats")
+
+    def purge(
+        self, *, older_than: float = 7 * 86400.0, status: str | None = None, batch: int = 10_000
+    ) -> int:
+        """Delete finished jobs that ended more than ``older_than`` seconds ago.
+
+        Returns:
+            How many jobs were deleted.
+        """
+        total = 0
+        while True:
+            row = self.store.fetch_one(
+                "job_purge_finished",
+                {"older_than": older_than, "status": status, "limit": batch, "now": None},
+            )
+            deleted = int(row["deleted"]) if row else 0
+            total += deleted
+            if deleted < batch:
+                return total

@@ -1,0 +1,159 @@
+"""What a running task sees: its request and the calls it can make on its job.
+
+A bound task (``@app.task(bind=True)``) receives a `TaskContext` as ``self``,
+mirroring Celery's ``self.request`` and ``self.retry()``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+
+from pgtasks.errors import PartialFailure, Retry
+
+if TYPE_CHECKING:
+    from pgtasks.app import App
+    from pgtasks.task import Task
+
+__all__ = ["JobRuntime", "Request", "TaskContext"]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """The job being run (Celery's ``self.request``).
+
+    Attributes:
+        id: job id (None when the task is called directly, not through a job).
+        task_name: the task's name.
+        attempt: 1-based attempt number.
+        retries: retries made before this attempt (``attempt - 1``), Celery's name.
+        max_attempts: attempts allowed in all.
+        trigger: what created the job: ``api``, ``schedule``, ``manual``,
+            ``retry`` (this attempt is a retry) or ``dependency``.
+        args, kwargs: the call's arguments.
+        queue, tenant, priority: where and for whom it runs.
+        headers: metadata added at enqueue (plugins: trace ids and the like).
+        lock_key, unique_key: the job's keys, if any.
+        schedule_name, scheduled_for: for runs made by a schedule.
+        parent_id: the run or job that caused this one (retry/dependency links).
+        correlation_id: id shared by related runs.
+        worker_id: the worker running it.
+    """
+
+    id: int | None
+    task_name: str
+    attempt: int = 1
+    max_attempts: int = 1
+    trigger: str = "api"
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    queue: str = "default"
+    tenant: str = ""
+    priority: int = 0
+    headers: Mapping[str, Any] = field(default_factory=dict)
+    lock_key: str | None = None
+    unique_key: str | None = None
+    schedule_name: str | None = None
+    scheduled_for: dt.datetime | None = None
+    parent_id: int | None = None
+    correlation_id: str | None = None
+    worker_id: str | None = None
+
+    @property
+    def retries(self) -> int:
+        """Retries made before this attempt."""
+        return max(self.attempt - 1, 0)
+
+    @property
+    def attempt_trigger(self) -> str:
+        """The trigger of this attempt: the job's trigger on attempt 1, else ``retry``."""
+        return self.trigger if self.attempt <= 1 else "retry"
+
+
+class JobRuntime(Protocol):
+    """What the worker provides to a running job's context."""
+
+    def report_progress(self, job_id: int, counters: Mapping[str, Any]) -> bool:
+        """Store progress; returns whether cancellation was requested."""
+
+    def is_cancelled(self, job_id: int) -> bool:
+        """Whether cancellation of the job was requested."""
+
+
+class TaskContext:
+    """The running job as its task sees it (``self`` of a bound task).
+
+    Attributes:
+        task: the `Task` being run.
+        request: the job's `Request`.
+    """
+
+    def __init__(self, task: Task, request: Request, runtime: JobRuntime | None = None) -> None:
+        self.task = task
+        self.request = request
+        self._runtime = runtime
+
+    @classmethod
+    def detached(cls, task: Task, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> TaskContext:
+        """A context for a direct call of the function (no job, no worker)."""
+        return cls(task, Request(id=None, task_name=task.name, args=args, kwargs=kwargs))
+
+    @property
+    def app(self) -> App:
+        """The owning app."""
+        return self.task.app
+
+    @property
+    def name(self) -> str:
+        """The task's name."""
+        return self.task.name
+
+    def retry(
+        self,
+        exc: BaseException | None = None,
+        *,
+        countdown: float | None = None,
+        max_retries: int | None = None,
+    ) -> NoReturn:
+        """Ask for another attempt (raises `Retry`; use ``raise self.retry(...)`` or just call it).
+
+        Args:
+            exc: the cause, recorded in the attempt history.
+            countdown: seconds until the next attempt; None uses the task's backoff.
+            max_retries: override the task's ``max_retries`` for this decision.
+
+        Raises:
+            Retry: always. When no retries are left the worker fails the job with
+                ``exc`` (or a ``MaxRetriesExceeded`` error).
+        """
+        raise Retry(countdown=countdown, exc=exc, max_retries=max_retries)
+
+    def partial_failure(self, message: str, *, result: Any = None, code: str = "PARTIAL_FAILURE") -> NoReturn:
+        """End the job as ``partial_failure`` with a message and an optional result.
+
+        Raises:
+            PartialFailure: always.
+        """
+        raise PartialFailure(message, result=result, code=code)
+
+    def report_progress(self, **counters: Any) -> None:
+        """Merge progress counters into the job (e.g. ``bytes_processed=...``); also a heartbeat.
+
+        Args:
+            counters: JSON-serialisable values, merged key by key into ``progress``.
+
+        Raises:
+            NotOwner: this worker no longer holds the job (it was reaped or cancelled).
+            SerializationError: a counter cannot be stored.
+        """
+        if self._runtime is None or self.request.id is None:
+            return
+        self._runtime.report_progress(self.request.id, counters)
+
+    def is_cancelled(self) -> bool:
+        """Whether someone asked to cancel this job; a long task should check it and return."""
+        if self._runtime is None or self.request.id is None:
+            return False
+        return self._runtime.is_cancelled(self.request.id)

@@ -1,0 +1,31 @@
+"""Calling a task's function for a job: positional binding, ``bind=True``, and ``async def``."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any
+
+from pgtasks.context import TaskContext
+
+__all__ = ["call_task"]
+
+
+def call_task(context: TaskContext) -> Any:
+    """Call the task function with the job's arguments and return its result.
+
+    A bound task gets ``context`` as first argument. An ``async def`` task runs to
+    completion in a fresh event loop on the calling worker thread.
+    """
+    task = context.task
+    args: tuple[Any, ...] = context.request.args
+    if task.options.bind:
+        args = (context, *args)
+    result = task.fn(*args, **context.request.kwargs)
+    if inspect.isawaitable(result):
+        return asyncio.run(_await(result))
+    return result
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable

@@ -1,0 +1,113 @@
+"""Numbered schema migrations shipped in the package, applied under an advisory lock.
+
+Files live in ``pgtasks/migrations/NNNN_name.sql``. Each is applied in its own
+transaction that first takes a transaction-level advisory lock, so any number of
+processes may call `migrate` at once: one applies, the others wait and then find
+nothing left to do. Applied versions are recorded in ``pgtasks.migrations``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from pgtasks.errors import ConfigurationError
+from pgtasks.store import Store
+
+__all__ = ["Migration", "migrate", "migration_sql", "migrations", "pending"]
+
+log = logging.getLogger("pgtasks.migrate")
+
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One migration file: its number, name and SQL text."""
+
+    version: int
+    name: str
+    sql: str
+
+
+def migrations() -> list[Migration]:
+    """Every migration shipped in the package, in version order.
+
+    Raises:
+        ConfigurationError: two files share a version number.
+    """
+    found: dict[int, Migration] = {}
+    for entry in resources.files("pgtasks").joinpath("migrations").iterdir():
+        match = _FILE.match(entry.name)
+        if not match:
+            continue
+        version = int(match.group(1))
+        if version in found:
+            raise ConfigurationError(f"two migrations with version {version}")
+        found[version] = Migration(version, match.group(2), entry.read_text(encoding="utf-8"))
+    return [found[v] for v in sorted(found)]
+
+
+def _applied(store: Store) -> set[int]:
+    present = store.fetch_one("migration_schema_exists")
+    if not present or not present["present"]:
+        return set()
+    return {int(r["version"]) for r in store.fetch_all("migration_applied")}
+
+
+def pending(store: Store) -> list[Migration]:
+    """Migrations not yet applied to the store's database."""
+    done = _applied(store)
+    return [m for m in migrations() if m.version not in done]
+
+
+def migrate(store: Store) -> list[Migration]:
+    """Apply every pending migration; safe to call from many processes at once.
+
+    Returns:
+        The migrations this call applied (empty when the schema was current).
+
+    Raises:
+        DatabaseError: a migration failed; its transaction was rolled back.
+    """
+    applied: list[Migration] = []
+    for migration in migrations():
+        with store.transaction() as conn:
+            store.execute("migration_lock", conn=conn)
+            store.execute("migration_bootstrap_schema", conn=conn)
+            store.execute("migration_bootstrap_table", conn=conn)
+            done = {int(r["version"]) for r in store.fetch_all("migration_applied", conn=conn)}
+            if migration.version in done:
+                continue
+            store.execute_script(migration.sql, conn=conn)
+            store.execute(
+                "migration_record", {"version": migration.version, "name": migration.name}, conn=conn
+            )
+            applied.append(migration)
+            log.info("applied migration %04d_%s", migration.version, migration.name)
+    return applied
+
+
+def migration_sql() -> str:
+    """The whole schema as one SQL script, for DBAs who apply DDL themselves.
+
+    The script is what `migrate` would run on an empty database, wrapped in one
+    transaction, recording each version.
+    """
+    from pgtasks.queries import QUERIES
+
+    parts = [
+        "BEGIN;",
+        QUERIES["migration_bootstrap_schema"] + ";",
+        QUERIES["migration_bootstrap_table"] + ";",
+    ]
+    for m in migrations():
+        parts.append(f"-- {m.version:04d}_{m.name}\n{m.sql.strip()}")
+        parts.append(
+            f"INSERT INTO pgtasks.migrations (version, name) VALUES ({m.version}, '{m.name}') "
+            "ON CONFLICT (version) DO NOTHING;"
+        )
+    parts.append("COMMIT;")
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,164 @@
+"""`AsyncResult`: a handle on a job, with Celery's names."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from pgtasks.errors import JobNotFound, ResultTimeout, TaskFailed, TaskRevoked, TimeLimitExceeded
+from pgtasks.states import TERMINAL, JobStatus
+
+if TYPE_CHECKING:
+    from pgtasks.app import App
+    from pgtasks.records import Job
+
+__all__ = ["AsyncResult"]
+
+
+class AsyncResult:
+    """A job's id and the ways to follow it.
+
+    Every property reads the database afresh (as Celery's result backend does).
+
+    Args:
+        id: the job id.
+        app: the app whose database holds the job.
+    """
+
+    __slots__ = ("app", "id")
+
+    def __init__(self, id: int, app: App) -> None:
+        self.id = int(id)
+        self.app = app
+
+    def __repr__(self) -> str:
+        return f"<AsyncResult {self.id}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AsyncResult) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def _row(self) -> dict[str, Any]:
+        row = self.app.store.fetch_one("job_status", {"id": self.id})
+        if row is None:
+            raise JobNotFound(self.id)
+        return row
+
+    def job(self) -> Job:
+        """The whole job record (status, attempts, progress, ...).
+
+        Raises:
+            JobNotFound: no job has this id (e.g. it was purged).
+        """
+        return self.app.get_job(self.id)
+
+    @property
+    def status(self) -> str:
+        """``queued``, ``running``, ``succeeded``, ``failed``, ``cancelled`` or ``partial_failure``."""
+        return str(self._row()["status"])
+
+    state = status  # Celery's other name
+
+    @property
+    def result(self) -> Any:
+        """The return value once succeeded; the failure as a `TaskFailed` once failed; else None."""
+        row = self._row()
+        if row["status"] == JobStatus.SUCCEEDED:
+            return row["result"]
+        if row["status"] in TERMINAL:
+            return _failure(self.id, row)
+        return None
+
+    @property
+    def traceback(self) -> str | None:
+        """The last failed attempt's traceback, if any."""
+        error = self._row()["error"] or {}
+        tb = error.get("traceback")
+        return str(tb) if tb else None
+
+    def ready(self) -> bool:
+        """Whether the job has finished (any terminal status)."""
+        return self._row()["status"] in TERMINAL
+
+    def successful(self) -> bool:
+        """Whether the job succeeded."""
+        return bool(self._row()["status"] == JobStatus.SUCCEEDED)
+
+    def failed(self) -> bool:
+        """Whether the job ended without success."""
+        status = self._row()["status"]
+        return status in TERMINAL and status != JobStatus.SUCCEEDED
+
+    def get(self, timeout: float | None = None, *, propagate: bool = True) -> Any:
+        """Wait for the job to finish and return its result.
+
+        Waits on a LISTEN connection for "jobs finished" notifications, re-checking
+        the job on each one and at least once a second (NOTIFY only wakes), so it
+        never busy-polls.
+
+        Args:
+            timeout: seconds to wait at most; None waits forever.
+            propagate: raise the job's failure (True, Celery's default) or return it.
+
+        Raises:
+            ResultTimeout: the job had not finished within ``timeout``.
+            TaskFailed: the job failed (`TaskRevoked` if cancelled,
+                `TimeLimitExceeded` if stopped at its time limit).
+            JobNotFound: no job has this id.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        row = self._row()
+        if row["status"] not in TERMINAL:
+            row = self._wait(deadline)
+        if row["status"] == JobStatus.SUCCEEDED:
+            return row["result"]
+        failure = _failure(self.id, row)
+        if propagate:
+            raise failure
+        return failure
+
+    def _wait(self, deadline: float | None) -> dict[str, Any]:
+        store = self.app.store
+        with store.connect() as conn:
+            store.execute("listen_done", conn=conn)
+            while True:
+                row = store.fetch_one("job_status", {"id": self.id}, conn=conn)
+                if row is None:
+                    raise JobNotFound(self.id)
+                if row["status"] in TERMINAL:
+                    return row
+                wait = 1.0
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise ResultTimeout(f"job {self.id} still {row['status']} after waiting")
+                    wait = min(wait, remaining)
+                for _ in conn.notifies(timeout=wait, stop_after=1):
+                    pass
+
+    def revoke(self, *, terminate: bool = False) -> bool:
+        """Cancel the job (Celery's ``revoke``).
+
+        A queued job is cancelled at once. A running job is asked to stop: its
+        task sees ``self.is_cancelled()`` become True; with ``terminate=True`` a job
+        in the ``processes`` pool is killed.
+
+        Returns:
+            True if the job was queued or running, False if it had already finished.
+        """
+        return self.app.cancel(self.id, terminate=terminate)
+
+    def forget(self) -> None:
+        """Accepted for Celery compatibility: results live in the job row until purged."""
+
+
+def _failure(job_id: int, row: dict[str, Any]) -> TaskFailed:
+    status = str(row["status"])
+    error = row["error"] or {}
+    if status == JobStatus.CANCELLED:
+        return TaskRevoked(job_id, status, error)
+    if error.get("code") == "TIME_LIMIT":
+        return TimeLimitExceeded(job_id, status, error)
+    return TaskFailed(job_id, status, error)

@@ -1,0 +1,237 @@
+"""How task arguments and results are stored: orjson into jsonb, exact or refused.
+
+Every value either reads back equal and of the same type, or is refused at the
+call site with `SerializationError` naming where it sits and why. Nothing is
+written in that case.
+
+Stored as plain JSON (and so queryable with jsonb operators):
+
+* ``None``, ``bool``, ``str`` (no NUL character: PostgreSQL's jsonb rejects
+  ``\\u0000``; no lone surrogates), ``int`` within signed 64 bits, finite ``float``
+  whose JSON form has no exponent (other floats are tagged, see below), ``list``,
+  ``dict`` with ``str`` keys.
+
+Stored as a tagged object ``{"$pgtasks": TYPE, "v": VALUE}`` and rebuilt on read:
+
+* ``tuple``, ``set``, ``frozenset``; ``int`` beyond 64 bits; ``float`` that is
+  ``nan``, ``±inf``, ``-0.0`` or would be written with an exponent (jsonb stores
+  numbers as ``numeric`` and prints ``1e16`` back as the integer
+  ``10000000000000000``, which would read back as ``int``);
+* ``datetime`` (naive, fixed offset, or an IANA ``zoneinfo.ZoneInfo`` zone, whose
+  key is kept), ``date``, ``time`` (naive or fixed offset), ``timedelta``,
+  ``uuid.UUID``, ``decimal.Decimal``, ``bytes`` (base64).
+
+Refused: ``Enum`` members (pass ``.value``), dataclasses and other objects (pass
+``dataclasses.asdict(obj)`` or an id), ``bytearray``/``memoryview`` (pass
+``bytes``), subclasses of the types above, dicts with non-``str`` keys or with the
+reserved key ``"$pgtasks"``, and nesting deeper than 256 levels.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import math
+import uuid
+from decimal import Decimal
+from typing import Any, Final
+from zoneinfo import ZoneInfo
+
+import orjson
+
+from pgtasks.errors import SerializationError
+
+__all__ = ["TAG", "decode", "dumps", "encode", "loads_json"]
+
+TAG: Final = "$pgtasks"
+_TAG_BYTES: Final = b'"$pgtasks"'
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
+_MAX_DEPTH: Final = 256
+
+
+def _tag(kind: str, value: Any, **extra: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {TAG: kind, "v": value}
+    out.update(extra)
+    return out
+
+
+def _encode_tz(tz: dt.tzinfo | None, path: str) -> str | float | None:
+    if tz is None:
+        return None
+    if isinstance(tz, ZoneInfo):
+        return tz.key
+    if type(tz) is dt.timezone:
+        offset = tz.utcoffset(None)
+        return offset.total_seconds()
+    raise SerializationError(path, f"time zone {tz!r} is not a zoneinfo.ZoneInfo or datetime.timezone")
+
+
+def _decode_tz(value: Any) -> dt.tzinfo | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return ZoneInfo(value)
+    return dt.timezone(dt.timedelta(seconds=float(value)))
+
+
+def _encode_float(value: float) -> Any:
+    if math.isfinite(value) and not (value == 0.0 and math.copysign(1.0, value) < 0):
+        text = orjson.dumps(value)
+        if b"e" not in text and b"E" not in text:
+            return value
+    return _tag("float", repr(value))
+
+
+def encode(value: Any, path: str = "value", _depth: int = 0) -> Any:
+    """Turn a value into JSON-native data that `decode` turns back into an equal value.
+
+    Args:
+        value: the value to store.
+        path: where the value sits, for error messages (e.g. ``"args[0]"``).
+
+    Returns:
+        Data made of ``None``, ``bool``, ``int``, ``float``, ``str``, ``list`` and ``dict``.
+
+    Raises:
+        SerializationError: the value (or something inside it) cannot round-trip exactly.
+    """
+    if _depth > _MAX_DEPTH:
+        raise SerializationError(path, f"nested deeper than {_MAX_DEPTH} levels")
+    kind = type(value)
+    if value is None or kind is bool:
+        return value
+    if kind is str:
+        if "\x00" in value:
+            raise SerializationError(path, "string contains a NUL character (\\u0000), which jsonb rejects")
+        return value
+    if kind is int:
+        if _INT64_MIN <= value <= _INT64_MAX:
+            return value
+        return _tag("int", str(value))
+    if kind is float:
+        return _encode_float(value)
+    if kind is list:
+        return [encode(item, f"{path}[{i}]", _depth + 1) for i, item in enumerate(value)]
+    if kind is dict:
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise SerializationError(
+                    f"{path}[{key!r}]", f"dict key of type {type(key).__name__} would come back as str"
+                )
+            if key == TAG:
+                raise SerializationError(f"{path}[{key!r}]", f"the key {TAG!r} is reserved")
+            out[key] = encode(item, f"{path}[{key!r}]", _depth + 1)
+        return out
+    if kind is tuple:
+        return _tag("tuple", [encode(item, f"{path}[{i}]", _depth + 1) for i, item in enumerate(value)])
+    if kind is set or kind is frozenset:
+        items = [encode(item, f"{path}{{{i}}}", _depth + 1) for i, item in enumerate(value)]
+        return _tag(kind.__name__, items)
+    if kind is dt.datetime:
+        return _tag(
+            "datetime",
+            value.replace(tzinfo=None).isoformat(),
+            tz=_encode_tz(value.tzinfo, path),
+            fold=value.fold,
+        )
+    if kind is dt.date:
+        return _tag("date", value.isoformat())
+    if kind is dt.time:
+        return _tag(
+            "time", value.replace(tzinfo=None).isoformat(), tz=_encode_tz(value.tzinfo, path), fold=value.fold
+        )
+    if kind is dt.timedelta:
+        return _tag("timedelta", [value.days, value.seconds, value.microseconds])
+    if kind is uuid.UUID:
+        return _tag("uuid", str(value))
+    if kind is Decimal:
+        return _tag("decimal", str(value))
+    if kind is bytes:
+        return _tag("bytes", base64.b64encode(value).decode("ascii"))
+    return _refuse(value, path)
+
+
+def _refuse(value: Any, path: str) -> Any:
+    import dataclasses
+    import enum
+
+    name = type(value).__qualname__
+    if isinstance(value, enum.Enum):
+        hint = "pass its .value instead"
+    elif dataclasses.is_dataclass(value):
+        hint = "pass dataclasses.asdict(obj) instead"
+    elif isinstance(value, bytearray | memoryview):
+        hint = "pass bytes(...) instead"
+    elif isinstance(value, str | int | float | list | dict | tuple | dt.date | dt.time | dt.timedelta):
+        hint = f"subclasses of {type(value).__mro__[1].__name__} do not round-trip; pass a plain value"
+    else:
+        hint = "pass JSON-like data or one of the supported types (see pgtasks.serialization)"
+    raise SerializationError(path, f"values of type {name} cannot be stored: {hint}")
+
+
+def decode(data: Any) -> Any:
+    """Rebuild values from `encode`'s output (tagged objects become their types again)."""
+    kind = type(data)
+    if kind is list:
+        return [decode(item) for item in data]
+    if kind is dict:
+        tag = data.get(TAG)
+        if tag is None:
+            return {key: decode(item) for key, item in data.items()}
+        return _decode_tagged(tag, data)
+    return data
+
+
+def _decode_tagged(tag: str, data: dict[str, Any]) -> Any:
+    value = data["v"]
+    if tag == "tuple":
+        return tuple(decode(item) for item in value)
+    if tag == "set":
+        return {decode(item) for item in value}
+    if tag == "frozenset":
+        return frozenset(decode(item) for item in value)
+    if tag == "int":
+        return int(value)
+    if tag == "float":
+        return float(value)
+    if tag == "datetime":
+        return dt.datetime.fromisoformat(value).replace(
+            tzinfo=_decode_tz(data.get("tz")), fold=data.get("fold", 0)
+        )
+    if tag == "date":
+        return dt.date.fromisoformat(value)
+    if tag == "time":
+        return dt.time.fromisoformat(value).replace(
+            tzinfo=_decode_tz(data.get("tz")), fold=data.get("fold", 0)
+        )
+    if tag == "timedelta":
+        return dt.timedelta(days=value[0], seconds=value[1], microseconds=value[2])
+    if tag == "uuid":
+        return uuid.UUID(value)
+    if tag == "decimal":
+        return Decimal(value)
+    if tag == "bytes":
+        return base64.b64decode(value)
+    raise SerializationError("stored value", f"unknown type tag {tag!r}")
+
+
+def dumps(value: Any, path: str = "value") -> str:
+    """Encode a value to JSON text for a jsonb parameter.
+
+    Raises:
+        SerializationError: the value cannot round-trip exactly (see module docs).
+    """
+    try:
+        return orjson.dumps(encode(value, path)).decode("utf-8")
+    except orjson.JSONEncodeError as exc:  # e.g. a lone surrogate in a str
+        raise SerializationError(path, str(exc)) from None
+
+
+def loads_json(raw: bytes) -> Any:
+    """Decode JSON text read from jsonb; tagged values are rebuilt only when present."""
+    data = orjson.loads(raw)
+    if _TAG_BYTES in raw:
+        return decode(data)
+    return data

@@ -1,0 +1,95 @@
+"""One settings object, read from the environment once, at start-up.
+
+The CLI (or `pgtasks.App`) builds a `Settings`; everything below receives it.
+Nothing deeper in pgtasks reads environment variables.
+
+DSN resolution order (as the design brief fixes it): the explicit ``dsn``
+argument, then ``PGTASKS_DSN``, then ``DATABASE_URL``, then the embedded
+PostgreSQL (see `pgtasks.embedded`), whose data directory is
+``PGTASKS_EMBEDDED_DIR`` when set.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pgtasks.errors import ConfigurationError
+
+__all__ = ["Settings"]
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Connection settings shared by the app, workers and schedulers.
+
+    Attributes:
+        dsn: libpq DSN or URI; None means "use the embedded PostgreSQL".
+        dsn_source: where the DSN came from: ``"argument"``, ``"PGTASKS_DSN"``,
+            ``"DATABASE_URL"`` or ``"embedded"``.
+        embedded_dir: data directory of the embedded server (None: its default).
+        pool_size: most pooled connections per process (>= 1).
+        prepare_threshold: psycopg's server-side prepare threshold, or None to
+            disable prepared statements (PgBouncer transaction pooling before 1.21).
+        load_entry_points: whether plugins of the ``pgtasks`` entry-point group are
+            loaded automatically (``PGTASKS_DISABLE_PLUGIN_AUTOLOAD=1`` turns it off).
+    """
+
+    dsn: str | None = None
+    dsn_source: str = "embedded"
+    embedded_dir: Path | None = None
+    pool_size: int = 8
+    prepare_threshold: int | None = 5
+    load_entry_points: bool = True
+
+    def __post_init__(self) -> None:
+        if self.dsn is not None and not self.dsn.strip():
+            raise ConfigurationError(f"empty DSN from {self.dsn_source}")
+        if self.pool_size < 1:
+            raise ConfigurationError(f"pool_size must be >= 1, got {self.pool_size}")
+
+    @classmethod
+    def from_env(
+        cls,
+        dsn: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        **overrides: object,
+    ) -> Settings:
+        """Resolve settings from an explicit DSN and the environment.
+
+        Args:
+            dsn: explicit DSN; wins over the environment.
+            environ: the environment to read (default ``os.environ``).
+            overrides: other `Settings` fields.
+
+        Raises:
+            ConfigurationError: a value is empty or out of range.
+        """
+        env = os.environ if environ is None else environ
+        source = "embedded"
+        if dsn is not None:
+            source = "argument"
+        elif env.get("PGTASKS_DSN"):
+            dsn, source = env["PGTASKS_DSN"], "PGTASKS_DSN"
+        elif env.get("DATABASE_URL"):
+            dsn, source = env["DATABASE_URL"], "DATABASE_URL"
+        embedded = env.get("PGTASKS_EMBEDDED_DIR")
+        autoload = env.get("PGTASKS_DISABLE_PLUGIN_AUTOLOAD", "").lower() not in {"1", "true", "yes"}
+        values: dict[str, object] = {
+            "dsn": dsn,
+            "dsn_source": source,
+            "embedded_dir": Path(embedded) if embedded else None,
+            "load_entry_points": autoload,
+        }
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]
+
+    def resolve_dsn(self) -> str:
+        """The DSN to connect with, starting the embedded server when none is set."""
+        if self.dsn is not None:
+            return self.dsn
+        from pgtasks.embedded import embedded_dsn
+
+        return embedded_dsn(self.embedded_dir)

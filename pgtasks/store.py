@@ -1,0 +1,246 @@
+"""The one place that runs SQL.
+
+Every statement comes from a named-query mapping (`pgtasks.queries.QUERIES` or a
+plugin's own file); nothing else in pgtasks opens a cursor. Rows come back as
+dicts, which callers turn into frozen records. jsonb values are decoded with
+orjson and pgtasks' tagged types (see `pgtasks.serialization`).
+
+Connections are autocommit: each statement is its own transaction unless the
+caller passes its own connection (``conn=``), in which case the statement joins
+the caller's transaction and commits or rolls back with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from types import MappingProxyType
+from typing import Any
+
+import psycopg
+from psycopg import sql as psql
+from psycopg.adapt import Loader
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from pgtasks.errors import ConnectionFailed, DatabaseError
+from pgtasks.queries import QUERIES
+from pgtasks.serialization import loads_json
+
+__all__ = ["Row", "Store", "describe_dsn", "translate_error"]
+
+log = logging.getLogger("pgtasks.store")
+
+Row = dict[str, Any]
+Params = Mapping[str, Any] | None
+AnyConnection = psycopg.Connection[Any]
+
+
+Buffer = bytes | bytearray | memoryview
+
+
+class _JsonbLoader(Loader):
+    """Decode jsonb (text or binary) with orjson and pgtasks' type tags."""
+
+    def load(self, data: Buffer) -> Any:
+        raw = bytes(data)
+        if raw[:1] == b"\x01":  # binary jsonb: version byte, then text
+            raw = raw[1:]
+        return loads_json(raw)
+
+
+class _JsonbBinaryLoader(_JsonbLoader):
+    format = psycopg.pq.Format.BINARY
+
+
+def describe_dsn(dsn: str) -> str:
+    """A DSN without its password, as ``host:port/dbname`` for messages and logs."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparseable DSN>"
+    host = str(parts.get("host") or "local socket")
+    port = str(parts.get("port") or "5432")
+    db = str(parts.get("dbname") or parts.get("user") or "")
+    return f"{host}:{port}/{db}"
+
+
+def translate_error(exc: psycopg.Error) -> DatabaseError:
+    """Wrap a psycopg error in `DatabaseError`, judging transience by SQLSTATE."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate is None:  # no SQLSTATE: the connection itself failed or was lost
+        transient = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+    else:
+        transient = DatabaseError.is_transient_sqlstate(sqlstate)
+    err = DatabaseError(str(exc).strip() or type(exc).__name__, sqlstate=sqlstate, transient=transient)
+    err.__cause__ = exc
+    return err
+
+
+def configure_connection(conn: AnyConnection) -> None:
+    """Register pgtasks' jsonb loaders on a connection (pool and dedicated ones)."""
+    conn.adapters.register_loader("jsonb", _JsonbLoader)
+    conn.adapters.register_loader("jsonb", _JsonbBinaryLoader)
+    conn.adapters.register_loader("json", _JsonbLoader)
+
+
+class Store:
+    """Runs named queries against PostgreSQL through a small connection pool.
+
+    Args:
+        dsn: libpq connection string or URI.
+        queries: name → statement mapping (default: pgtasks' own file).
+        max_size: most pooled connections (default 8).
+        connect_timeout: seconds to wait for a first connection (default 10).
+        prepare_threshold: psycopg's automatic server-side prepare threshold; None
+            disables prepared statements (needed behind PgBouncer in transaction
+            pooling before PgBouncer 1.21).
+
+    Raises:
+        ConnectionFailed: (on first use) the server cannot be reached; the message
+            names host, port and database.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        queries: Mapping[str, str] = QUERIES,
+        max_size: int = 8,
+        connect_timeout: float = 10.0,
+        prepare_threshold: int | None = 5,
+    ) -> None:
+        self.dsn = dsn
+        self.queries = MappingProxyType(dict(queries))
+        self._max_size = max_size
+        self._connect_timeout = connect_timeout
+        self._prepare_threshold = prepare_threshold
+        self._pool: ConnectionPool[AnyConnection] | None = None
+        self._lock = threading.Lock()
+
+    # -- connections -------------------------------------------------------------
+
+    def connect(self, *, autocommit: bool = True) -> AnyConnection:
+        """Open a dedicated connection (listener, worker loop); the caller closes it.
+
+        Raises:
+            ConnectionFailed: the server cannot be reached.
+        """
+        try:
+            conn = psycopg.connect(
+                self.dsn,
+                autocommit=autocommit,
+                connect_timeout=max(1, int(self._connect_timeout)),
+                prepare_threshold=self._prepare_threshold,
+            )
+        except psycopg.OperationalError as exc:
+            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise ConnectionFailed(
+                f"cannot connect to PostgreSQL at {describe_dsn(self.dsn)}: {reason}"
+            ) from None
+        configure_connection(conn)
+        return conn
+
+    def _get_pool(self) -> ConnectionPool[AnyConnection]:
+        pool = self._pool
+        if pool is not None:
+            return pool
+        with self._lock:
+            if self._pool is None:
+                self.connect().close()  # fail fast with a clear message
+                self._pool = ConnectionPool(
+                    self.dsn,
+                    min_size=1,
+                    max_size=self._max_size,
+                    kwargs={"autocommit": True, "prepare_threshold": self._prepare_threshold},
+                    configure=configure_connection,
+                    open=False,
+                    name="pgtasks",
+                    timeout=self._connect_timeout,
+                )
+                self._pool.open(wait=True, timeout=self._connect_timeout)
+            return self._pool
+
+    @contextmanager
+    def connection(self, conn: AnyConnection | None = None) -> Iterator[AnyConnection]:
+        """Yield ``conn`` if given (the caller's transaction), else a pooled connection."""
+        if conn is not None:
+            yield conn
+            return
+        with self._get_pool().connection() as pooled:
+            yield pooled
+
+    def close(self) -> None:
+        """Close the pool; later calls reopen it."""
+        with self._lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
+
+    # -- statements --------------------------------------------------------------
+
+    def query(self, name: str) -> str:
+        """The text of a named query.
+
+        Raises:
+            KeyError: no query has that name (a programming error).
+        """
+        return self.queries[name]
+
+    def fetch_all(self, name: str, params: Params = None, *, conn: AnyConnection | None = None) -> list[Row]:
+        """Run a named query and return every row as a dict.
+
+        Raises:
+            DatabaseError: PostgreSQL refused the statement or the connection broke.
+        """
+        text = self.queries[name]
+        try:
+            with self.connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
+                cur.execute(text, params)
+                return cur.fetchall() if cur.description is not None else []
+        except psycopg.Error as exc:
+            raise translate_error(exc) from exc
+
+    def fetch_one(self, name: str, params: Params = None, *, conn: AnyConnection | None = None) -> Row | None:
+        """Run a named query and return its first row, or None."""
+        rows = self.fetch_all(name, params, conn=conn)
+        return rows[0] if rows else None
+
+    def execute(self, name: str, params: Params = None, *, conn: AnyConnection | None = None) -> int:
+        """Run a named query for its effect; returns the affected row count."""
+        text = self.queries[name]
+        try:
+            with self.connection(conn) as c, c.cursor() as cur:
+                cur.execute(text, params)
+                return cur.rowcount
+        except psycopg.Error as exc:
+            raise translate_error(exc) from exc
+
+    def execute_script(self, sql_text: str, *, conn: AnyConnection) -> None:
+        """Run a trusted multi-statement script shipped in the package (migrations only)."""
+        try:
+            conn.execute(psql.SQL(sql_text))
+        except psycopg.Error as exc:
+            raise translate_error(exc) from exc
+
+    def copy_in(self, name: str, rows: Iterable[Sequence[Any]], *, conn: AnyConnection | None = None) -> None:
+        """Stream rows into a named ``COPY ... FROM STDIN`` statement (text format)."""
+        text = self.queries[name]
+        try:
+            with self.connection(conn) as c, c.cursor() as cur, cur.copy(text) as copy:
+                for row in rows:
+                    copy.write_row(row)
+        except psycopg.Error as exc:
+            raise translate_error(exc) from exc
+
+    @contextmanager
+    def transaction(self, conn: AnyConnection | None = None) -> Iterator[AnyConnection]:
+        """A transaction on a pooled connection (or a savepoint in the caller's)."""
+        try:
+            with self.connection(conn) as c, c.transaction():
+                yield c
+        except psycopg.Error as exc:
+            raise translate_error(exc) from exc

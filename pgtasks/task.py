@@ -1,0 +1,328 @@
+"""Tasks: decorated functions with Celery's options, and how they are called.
+
+`Task` objects are made by ``@app.task``. Calling one runs the function at once,
+in process (as in Celery); ``delay`` / ``apply_async`` enqueue a job instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import inspect
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Final
+
+from pgtasks.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from pgtasks.app import App
+    from pgtasks.result import AsyncResult
+
+__all__ = ["ENQUEUE_OPTIONS", "Signature", "Task", "TaskOptions", "backoff_delay"]
+
+SMALLINT_MIN: Final = -32768
+SMALLINT_MAX: Final = 32767
+# Longest delay pgtasks will schedule (10 years): keeps every run-at representable
+# in both PostgreSQL's timestamptz and Python's datetime.
+MAX_DELAY: Final = 10 * 365.25 * 86400.0
+UNLIMITED_ATTEMPTS: Final = 2**31 - 1
+
+ENQUEUE_OPTIONS: Final = frozenset(
+    {"countdown", "eta", "queue", "priority", "tenant", "lock", "unique_key", "headers", "max_retries"}
+)
+
+KeyRule = str | Callable[..., str | None] | None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOptions:
+    """A task's options; the names and defaults are Celery's where Celery has one.
+
+    Attributes:
+        name: registered name (default ``module.qualname`` of the function).
+        queue: queue its jobs go to (default ``"default"``).
+        priority: higher runs first, -32768..32767 (default 0). Unlike Celery on
+            Redis, where 0 is highest, pgtasks follows RabbitMQ's and
+            procrastinate's rule: bigger number, earlier.
+        max_retries: retries after the first run (Celery's meaning): 3 allows up to
+            4 attempts; 0 means a single attempt; None retries without limit.
+        autoretry_for: exception classes that trigger an automatic retry.
+        retry_backoff: False for a fixed ``default_retry_delay``; True for
+            exponential backoff with factor 1 s; a number for that factor in seconds.
+        retry_backoff_max: cap of the exponential delay in seconds (default 600,
+            Celery's).
+        retry_jitter: full jitter (a uniform delay in ``[0, backoff]``), as Celery,
+            after "Exponential Backoff And Jitter" (AWS Architecture Blog, 2015).
+        default_retry_delay: seconds before a retry without backoff (default 180,
+            Celery's).
+        time_limit: hard limit in seconds (enforced by killing the child in the
+            ``processes`` pool; best-effort in ``threads``).
+        soft_time_limit: seconds after which `TimeLimitExceeded` is raised inside
+            the task.
+        bind: pass the `TaskContext` as first argument (``self``).
+        acks_late: accepted for Celery compatibility and always effectively True:
+            a job stays ``running`` (and recoverable) until its outcome is written.
+        lock: lock key (or a callable of the call's args returning one): at most one
+            running job per key across the fleet.
+        unique_key: unique key (or callable): at most one unfinished job per key;
+            enqueueing another raises `AlreadyQueued`.
+        tenant: default tenant for fair dispatch (default ``""``).
+        retry_on_worker_lost: False for non-idempotent tasks: a job whose worker
+            vanished ends ``failed`` with ``WORKER_LOST`` instead of running again.
+    """
+
+    name: str
+    queue: str = "default"
+    priority: int = 0
+    max_retries: int | None = 3
+    autoretry_for: tuple[type[BaseException], ...] = ()
+    retry_backoff: bool | float = False
+    retry_backoff_max: float = 600.0
+    retry_jitter: bool = True
+    default_retry_delay: float = 180.0
+    time_limit: float | None = None
+    soft_time_limit: float | None = None
+    bind: bool = False
+    acks_late: bool = True
+    lock: KeyRule = None
+    unique_key: KeyRule = None
+    tenant: str = ""
+    retry_on_worker_lost: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ConfigurationError("task name must be a non-empty string")
+        _check_queue(self.queue)
+        _check_priority(self.priority)
+        if self.max_retries is not None and (not isinstance(self.max_retries, int) or self.max_retries < 0):
+            raise ConfigurationError(f"max_retries must be None or an int >= 0, got {self.max_retries!r}")
+        for exc in self.autoretry_for:
+            if not (isinstance(exc, type) and issubclass(exc, BaseException)):
+                raise ConfigurationError(f"autoretry_for must hold exception classes, got {exc!r}")
+        for label in ("retry_backoff_max", "default_retry_delay"):
+            _check_delay(label, getattr(self, label))
+        if not isinstance(self.retry_backoff, bool):
+            _check_delay("retry_backoff", float(self.retry_backoff))
+        for label in ("time_limit", "soft_time_limit"):
+            value = getattr(self, label)
+            if value is not None and (not math.isfinite(value) or value <= 0):
+                raise ConfigurationError(f"{label} must be a positive number of seconds, got {value!r}")
+
+    @property
+    def max_attempts(self) -> int:
+        """Attempts allowed in all: ``max_retries + 1`` (or unlimited)."""
+        if self.max_retries is None:
+            return UNLIMITED_ATTEMPTS
+        return min(self.max_retries + 1, UNLIMITED_ATTEMPTS)
+
+
+def _check_queue(queue: object) -> None:
+    if not isinstance(queue, str) or not queue:
+        raise ConfigurationError(f"queue must be a non-empty string, got {queue!r}")
+
+
+def _check_priority(priority: object) -> None:
+    if type(priority) is not int or not SMALLINT_MIN <= priority <= SMALLINT_MAX:
+        raise ConfigurationError(
+            f"priority must be an int in {SMALLINT_MIN}..{SMALLINT_MAX}, got {priority!r}"
+        )
+
+
+def _check_delay(label: str, value: float) -> None:
+    if not isinstance(value, int | float) or not math.isfinite(value) or value < 0 or value > MAX_DELAY:
+        raise ConfigurationError(f"{label} must be seconds in 0..{MAX_DELAY:.0f}, got {value!r}")
+
+
+def backoff_delay(options: TaskOptions, retries: int, rand: Callable[[float], float]) -> float:
+    """Seconds to wait before retry number ``retries + 1``.
+
+    Exponential: ``min(retry_backoff_max, factor * 2**retries)``, then full jitter
+    (``rand(upper)`` returns a uniform float in ``[0, upper]``), as Celery's
+    ``get_exponential_backoff_interval``. Without backoff: ``default_retry_delay``.
+    Never exceeds `MAX_DELAY`, however large ``retries`` grows.
+
+    Args:
+        options: the task's options.
+        retries: retries already made (0 before the first retry).
+        rand: jitter source, e.g. ``lambda hi: random.uniform(0, hi)``.
+    """
+    if options.retry_backoff is False:
+        return min(options.default_retry_delay, MAX_DELAY)
+    factor = 1.0 if options.retry_backoff is True else float(options.retry_backoff)
+    cap = min(options.retry_backoff_max, MAX_DELAY)
+    exponent = min(max(retries, 0), 1024)  # 2.0**1024 overflows a float
+    delay = cap if exponent >= 1023 else min(cap, factor * 2.0**exponent)
+    if options.retry_jitter:
+        delay = rand(delay)
+    return max(0.0, min(delay, cap))
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """A task call not yet sent: task, arguments and enqueue options (Celery's ``s()``)."""
+
+    task: Task
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def set(self, **options: Any) -> Signature:
+        """A copy with more enqueue options (``queue``, ``countdown``, ...).
+
+        Raises:
+            ConfigurationError: an unknown option name.
+        """
+        _check_option_names(options)
+        return replace(self, options={**self.options, **options})
+
+    def delay(self) -> AsyncResult:
+        """Enqueue this call."""
+        return self.task.apply_async(self.args, dict(self.kwargs), **self.options)
+
+
+def _check_option_names(options: Mapping[str, Any]) -> None:
+    unknown = sorted(set(options) - ENQUEUE_OPTIONS - {"connection"})
+    if unknown:
+        raise ConfigurationError(
+            f"unknown option(s) {', '.join(unknown)}; "
+            f"allowed: {', '.join(sorted(ENQUEUE_OPTIONS))}, connection"
+        )
+
+
+class Task:
+    """A registered task. Call it to run in process; ``delay`` to enqueue.
+
+    Attributes:
+        app: the owning `pgtasks.App`.
+        fn: the decorated function (sync or ``async def``).
+        options: its `TaskOptions`.
+    """
+
+    def __init__(self, app: App, fn: Callable[..., Any], options: TaskOptions) -> None:
+        self.app = app
+        self.fn = fn
+        self.options = options
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", options.name)
+        self.__wrapped__ = fn
+
+    @property
+    def name(self) -> str:
+        """The registered name."""
+        return self.options.name
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.options.queue}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the function here and now (no job); bound tasks get a detached context."""
+        if self.options.bind:
+            from pgtasks.context import TaskContext
+
+            args = (TaskContext.detached(self, args, kwargs), *args)
+        result = self.fn(*args, **kwargs)
+        if self.is_async:
+            return asyncio.run(result)
+        return result
+
+    # -- enqueue ----------------------------------------------------------------
+
+    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+        """Enqueue a job with these arguments and the task's default options."""
+        return self.apply_async(args, kwargs)
+
+    def apply_async(
+        self,
+        args: Iterable[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> AsyncResult:
+        """Enqueue a job.
+
+        Args:
+            args: positional arguments (a tuple or list).
+            kwargs: keyword arguments.
+            options: ``countdown`` (seconds, >= 0), ``eta`` (aware datetime; naive
+                is refused), ``queue``, ``priority``, ``tenant``, ``lock``,
+                ``unique_key``, ``headers`` (dict), ``max_retries``, and
+                ``connection`` (the caller's psycopg connection: the job commits or
+                rolls back with the caller's transaction).
+
+        Returns:
+            An `AsyncResult` for the new job.
+
+        Raises:
+            ConfigurationError: unknown option names or invalid values.
+            SerializationError: an argument cannot round-trip exactly (nothing written).
+            AlreadyQueued: the unique key is held by an unfinished job.
+            DatabaseError: PostgreSQL refused the write.
+        """
+        _check_option_names(options)
+        return self.app.enqueue(self, tuple(args or ()), dict(kwargs or {}), options)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A `Signature` of this task with these arguments (for ``app.bulk_apply``)."""
+        return Signature(self, args, kwargs)
+
+    def delay_many(self, items: Iterable[Any], **options: Any) -> list[AsyncResult]:
+        """Enqueue many jobs of this task in one round trip.
+
+        Args:
+            items: one entry per job. A tuple is the job's positional arguments;
+                any other value is its single argument (wrap a tuple argument in
+                another tuple).
+            options: enqueue options shared by every job (as `apply_async`).
+
+        Returns:
+            One `AsyncResult` per written job, in order.
+        """
+        _check_option_names(options)
+        connection = options.pop("connection", None)
+        sigs = [Signature(self, item if type(item) is tuple else (item,), {}, options) for item in items]
+        return self.app.bulk_apply(sigs, connection=connection)
+
+    async def delay_async(self, *args: Any, **kwargs: Any) -> AsyncResult:
+        """`delay` for asyncio callers (runs the same code in a thread)."""
+        return await asyncio.to_thread(self.apply_async, args, kwargs)
+
+    async def apply_async_async(
+        self, args: Iterable[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> AsyncResult:
+        """`apply_async` for asyncio callers (``connection=`` must be a sync connection)."""
+        return await asyncio.to_thread(self.apply_async, args, kwargs, **options)
+
+
+def resolve_key(rule: KeyRule, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str | None:
+    """A lock or unique key from a task-level rule: a fixed string or a callable of the args."""
+    if rule is None or isinstance(rule, str):
+        return rule
+    key = rule(*args, **kwargs)
+    if key is not None and not isinstance(key, str):
+        raise ConfigurationError(f"key rule {rule!r} returned {type(key).__name__}, expected str or None")
+    return key
+
+
+def check_eta(eta: object) -> dt.datetime:
+    """Validate an ``eta``: an aware datetime (naive ones are refused, not guessed as UTC)."""
+    if not isinstance(eta, dt.datetime):
+        raise ConfigurationError(f"eta must be a datetime, got {type(eta).__name__}")
+    if eta.tzinfo is None or eta.utcoffset() is None:
+        raise ConfigurationError(
+            "eta must be timezone-aware (e.g. datetime.now(timezone.utc)); naive is refused"
+        )
+    return eta
+
+
+def check_countdown(countdown: object) -> float:
+    """Validate a ``countdown`` in seconds: finite, >= 0, at most `MAX_DELAY`."""
+    if isinstance(countdown, bool) or not isinstance(countdown, int | float):
+        raise ConfigurationError(f"countdown must be a number of seconds, got {countdown!r}")
+    _check_delay("countdown", float(countdown))
+    return float(countdown)
+
+
+check_queue = _check_queue
+check_priority = _check_priority

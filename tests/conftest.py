@@ -1,0 +1,131 @@
+"""Shared fixtures: a real PostgreSQL, one fresh database per test, leak checks.
+
+``PGTASKS_TEST_DSN`` names a server where the tests may create databases (on this
+project's CI: ``postgresql://postgres@127.0.0.1:5432/test``). Without it the
+embedded PostgreSQL is started in a temporary directory. Each test gets its own
+database, cloned from a template migrated once per session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+import pgtasks
+from pgtasks.migrate import migrations
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _with_db(dsn: str, dbname: str) -> str:
+    params = conninfo_to_dict(dsn)
+    params["dbname"] = dbname
+    return make_conninfo("", **params)
+
+
+@pytest.fixture(scope="session")
+def admin_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A DSN with the right to create databases."""
+    dsn = os.environ.get("PGTASKS_TEST_DSN")
+    if dsn:
+        yield dsn
+        return
+    from pgtasks.embedded import embedded_dsn, stop_embedded
+
+    data_dir = tmp_path_factory.mktemp("embedded") / "pg"
+    yield embedded_dsn(data_dir, database="postgres")
+    stop_embedded(data_dir)
+
+
+@pytest.fixture(scope="session")
+def template_db(admin_dsn: str) -> Iterator[str]:
+    """Name of a database migrated to the current schema, used as a template."""
+    digest = hashlib.sha1("".join(m.sql for m in migrations()).encode()).hexdigest()[:10]
+    name = f"pgtasks_tpl_{digest}_{os.getpid()}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    app = pgtasks.App("template", dsn=_with_db(admin_dsn, name), load_entry_points=False)
+    app.migrate()
+    app.close()
+    yield name
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def dsn(admin_dsn: str, template_db: str) -> Iterator[str]:
+    """A fresh, migrated database for this test only."""
+    name = f"pgtasks_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template_db)
+            )
+        )
+    yield _with_db(admin_dsn, name)
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def empty_dsn(admin_dsn: str) -> Iterator[str]:
+    """A fresh database without the pgtasks schema."""
+    name = f"pgtasks_e_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield _with_db(admin_dsn, name)
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def app(dsn: str) -> Iterator[pgtasks.App]:
+    """An app on a fresh database, without auto-loaded plugins."""
+    application = pgtasks.App("test", dsn=dsn, load_entry_points=False)
+    yield application
+    application.close()
+
+
+@pytest.fixture
+def conn(dsn: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    """A plain connection to the test database, for side checks and caller transactions."""
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        yield connection
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Iterator[None]:
+    """Fail a test that leaves threads or child processes behind."""
+    threads_before = {t.ident for t in threading.enumerate()}
+    children_before = {p.pid for p in psutil.Process().children(recursive=True)}
+    yield
+    deadline = time.monotonic() + 5.0
+    while True:
+        extra_threads = [t for t in threading.enumerate() if t.ident not in threads_before and t.is_alive()]
+        extra_children = [
+            p
+            for p in psutil.Process().children(recursive=True)
+            if p.pid not in children_before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        ]
+        if not extra_threads and not extra_children:
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for p in extra_children:
+        p.kill()
+    pytest.fail(
+        f"leaked threads {[t.name for t in extra_threads]} / processes {[p.pid for p in extra_children]}"
+    )

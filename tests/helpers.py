@@ -1,0 +1,28 @@
+"""Test helpers: wait on conditions, not sleeps."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def eventually(
+    check: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.02, message: str = "condition"
+) -> T:
+    """Call ``check`` until it returns a truthy value (returned) or ``timeout`` seconds pass.
+
+    Raises:
+        AssertionError: the condition never held; the last value is shown.
+    """
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = check()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{message} not met within {timeout}s (last value: {last!r})")
+        time.sleep(interval)
