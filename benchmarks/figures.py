@@ -1,0 +1,180 @@
+"""The figures: which driver op measures each, with what sizes and deadline, and
+which numbers of its result the report shows.
+
+A *run* is one driver op in one repetition (e.g. ``throughput``); a *metric* is one
+number taken from a run's result (e.g. bulk jobs/s from ``throughput``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.sizes import Sizes
+
+# Slowest processing rate (jobs/s) a system may have before its figure is cut off.
+FLOOR_RATE = 200.0
+BASE_DEADLINE = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One driver op per repetition: ``args`` and ``deadline`` (s) come from the sizes."""
+
+    key: str
+    op: str
+    args: Callable[[Sizes], dict[str, Any]]
+    deadline: Callable[[Sizes], float]
+    table_size: bool = False  # measure the system's tables after the op
+
+
+RUNS: tuple[Run, ...] = (
+    Run(
+        "enqueue_one",
+        "enqueue_one",
+        lambda s: {"n": s.enqueue_one},
+        lambda s: BASE_DEADLINE + s.enqueue_one / 100.0,
+    ),
+    Run(
+        "throughput",
+        "throughput",
+        lambda s: {"n": s.bulk},
+        lambda s: BASE_DEADLINE + 2 * s.bulk / FLOOR_RATE,
+    ),
+    Run(
+        "latency",
+        "latency",
+        lambda s: {"rate": s.latency_rate, "seconds": s.latency_seconds},
+        lambda s: BASE_DEADLINE + 2 * s.latency_seconds,
+    ),
+    Run(
+        "fairness",
+        "fairness",
+        lambda s: {"backlog": s.fairness_backlog, "n_b": s.fairness_b},
+        lambda s: BASE_DEADLINE + 2 * s.fairness_backlog / FLOOR_RATE,
+    ),
+    Run(
+        "deep_small",
+        "deep",
+        lambda s: {"depth": s.deep_small, "n": s.deep_jobs},
+        lambda s: BASE_DEADLINE + s.deep_small / 1000.0 + s.deep_jobs / FLOOR_RATE,
+        table_size=True,
+    ),
+    Run(
+        "deep_large",
+        "deep",
+        lambda s: {"depth": s.deep_large, "n": s.deep_jobs},
+        lambda s: BASE_DEADLINE + s.deep_large / 1000.0 + s.deep_jobs / FLOOR_RATE,
+        table_size=True,
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One reported number: ``run`` key, ``field`` of its result, unit, direction.
+
+    ``scale`` converts the raw field to the shown unit (e.g. bytes -> MiB).
+    """
+
+    key: str
+    title: str
+    run: str
+    field: str
+    unit: str
+    higher_is_better: bool
+    scale: float = 1.0
+    description: str = ""
+
+
+MIB = 1.0 / (1024 * 1024)
+
+METRICS: tuple[Metric, ...] = (
+    Metric(
+        "enqueue_one",
+        "Enqueue, one call per job",
+        "enqueue_one",
+        "jobs_per_s",
+        "jobs/s",
+        True,
+        description="`delay` / `defer` / `enqueue` in a loop, one job and one commit per call",
+    ),
+    Metric(
+        "enqueue_bulk",
+        "Bulk enqueue",
+        "throughput",
+        "bulk_jobs_per_s",
+        "jobs/s",
+        True,
+        description="the system's best bulk API",
+    ),
+    Metric(
+        "process",
+        "Processing throughput",
+        "throughput",
+        "process_jobs_per_s",
+        "jobs/s",
+        True,
+        description="pre-filled queue of no-op jobs, first to last completion",
+    ),
+    Metric(
+        "latency_p50",
+        "Latency p50",
+        "latency",
+        "p50_ms",
+        "ms",
+        False,
+        description="enqueue call -> task start at a steady rate",
+    ),
+    Metric("latency_p95", "Latency p95", "latency", "p95_ms", "ms", False),
+    Metric("latency_p99", "Latency p99", "latency", "p99_ms", "ms", False),
+    Metric(
+        "fairness",
+        "Fairness: tenant B behind tenant A's backlog",
+        "fairness",
+        "seconds",
+        "s",
+        False,
+        description="from B's first enqueue to B's last job finished",
+    ),
+    Metric(
+        "deep_small",
+        "Deep queue: throughput, shallow table",
+        "deep_small",
+        "process_jobs_per_s",
+        "jobs/s",
+        True,
+    ),
+    Metric(
+        "deep_large", "Deep queue: throughput, deep table", "deep_large", "process_jobs_per_s", "jobs/s", True
+    ),
+    Metric(
+        "size_small",
+        "Table + index size after the shallow run",
+        "deep_small",
+        "table_bytes",
+        "MiB",
+        False,
+        scale=MIB,
+    ),
+    Metric(
+        "size_large",
+        "Table + index size after the deep run",
+        "deep_large",
+        "table_bytes",
+        "MiB",
+        False,
+        scale=MIB,
+    ),
+    Metric(
+        "memory",
+        "Worker memory, peak RSS",
+        "throughput",
+        "rss_peak_bytes",
+        "MiB",
+        False,
+        scale=MIB,
+        description="sum over worker processes and their children, sampled every 0.2 s",
+    ),
+)

@@ -1,0 +1,109 @@
+"""Raw-SQL reference: the practical limit of Python + PostgreSQL on this machine.
+
+Plain psycopg 3, no framework: a tiny table with a partial index on queued rows;
+single-row INSERT per enqueue (autocommit); COPY for bulk; a worker claims 100 rows
+at a time through a CTE with ``FOR UPDATE SKIP LOCKED`` and completes the whole batch
+with one ``UPDATE ... WHERE id = ANY(%s)``. Two worker processes (2 cores); an idle
+worker polls every 10 ms. Finished rows are kept (status ``done``), so the deep-queue
+sizes show the table a system that keeps history would have.
+
+Runs in the project's own interpreter (psycopg is a project dependency).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from benchmarks.systems.base import Driver, Job, Params, SystemSpec, main, run_task
+
+WORKER_PROCESSES = 2
+CLAIM_BATCH = 100
+IDLE_POLL_SECONDS = 0.01
+
+SCHEMA = """
+CREATE TABLE bench_jobs (
+    id bigserial PRIMARY KEY,
+    args jsonb NOT NULL,
+    status text NOT NULL DEFAULT 'queued' CHECK (status IN ('queued', 'running', 'done')),
+    enqueued_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX bench_jobs_queued ON bench_jobs (id) WHERE status = 'queued';
+"""
+
+INSERT = "INSERT INTO bench_jobs (args) VALUES (%s::jsonb)"
+COPY = "COPY bench_jobs (args) FROM STDIN"
+CLAIM = """
+WITH c AS (
+    SELECT id FROM bench_jobs WHERE status = 'queued' ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED
+)
+UPDATE bench_jobs j SET status = 'running' FROM c WHERE j.id = c.id RETURNING j.id, j.args
+"""
+COMPLETE = "UPDATE bench_jobs SET status = 'done' WHERE id = ANY(%s) AND status = 'running'"
+PENDING = "SELECT count(*) FROM bench_jobs WHERE status IN ('queued', 'running')"
+
+
+class RawDriver(Driver):
+    """psycopg 3 with autocommit; see the module docstring for the SQL."""
+
+    spec = SystemSpec(
+        name="raw",
+        requirements=(),
+        packages=("psycopg", "psycopg-binary"),
+        settings=(
+            f"2 processes x 1 loop, claim batch {CLAIM_BATCH}, idle poll {IDLE_POLL_SECONDS * 1000:.0f} ms"
+        ),
+        notes="reference: plain psycopg 3, CTE claim with SKIP LOCKED, COPY for bulk",
+    )
+
+    def __init__(self, params: Params) -> None:
+        super().__init__(params)
+        import psycopg
+
+        self.conn = psycopg.connect(params.dsn, autocommit=True)
+
+    def migrate(self) -> None:
+        self.conn.execute(SCHEMA)
+
+    def enqueue_one(self, kind: str, enqueued_at: float, tenant: str | None = None) -> None:
+        self.conn.execute(INSERT, (json.dumps({"k": kind, "t": enqueued_at}),))
+
+    def enqueue_bulk(self, jobs: Sequence[Job], tenant: str | None = None) -> None:
+        with self.conn.cursor() as cur, cur.copy(COPY) as copy:
+            for kind, enqueued_at in jobs:
+                copy.write_row((json.dumps({"k": kind, "t": enqueued_at}),))
+
+    def worker_commands(self) -> list[list[str]]:
+        command = [sys.executable, "-m", "benchmarks.systems.raw_system", "worker"]
+        return [command] * WORKER_PROCESSES
+
+    def pending(self) -> int | None:
+        row = self.conn.execute(PENDING).fetchone()
+        return int(row[0]) if row else 0
+
+    @classmethod
+    def serve_worker(cls, params: Params) -> None:
+        import psycopg
+
+        with psycopg.connect(params.dsn, autocommit=True) as conn:
+            while True:
+                rows: list[tuple[int, Any]] = conn.execute(CLAIM, (CLAIM_BATCH,)).fetchall()
+                if not rows:
+                    time.sleep(IDLE_POLL_SECONDS)
+                    continue
+                for _, args in rows:
+                    run_task(args["k"], args["t"])
+                conn.execute(COMPLETE, ([row[0] for row in rows],))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+SYSTEM = RawDriver.spec
+DRIVER = RawDriver
+
+if __name__ == "__main__":
+    main(RawDriver)
