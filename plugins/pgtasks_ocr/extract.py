@@ -1,0 +1,93 @@
+"""One entry point for every supported file: sniff its type, then hand it to its extractor."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pgtasks.errors import Reject
+
+from . import sniff
+from .images import extract_image
+from .mail import extract_mail
+from .pdf import extract_pdf
+from .result import ExtractedText, normalise_text
+from .tesseract import DEFAULT_LANGUAGES, parse_languages
+from .text import decode_text
+
+__all__ = ["IMAGE_MIMES", "extract_text"]
+
+#: Types handed to the image extractor (Pillow + Tesseract).
+IMAGE_MIMES = frozenset({sniff.MIME_PNG, sniff.MIME_JPEG, sniff.MIME_TIFF, sniff.MIME_GIF, sniff.MIME_WEBP})
+
+
+def extract_text(
+    path: str | os.PathLike[str],
+    *,
+    password: str | None = None,
+    languages: str = DEFAULT_LANGUAGES,
+) -> ExtractedText:
+    """Extract the text of a PDF, image, plain-text or mail file.
+
+    The type comes from the file's first bytes (`pgtasks_ocr.sniff`). The name is used
+    only to treat ``.eml`` files as mail, and to call a file corrupt rather than
+    unsupported when its name promises a type its content lacks.
+
+    Args:
+        path: the file.
+        password: password of an encrypted PDF; ignored for other types.
+        languages: Tesseract languages joined by ``+`` for images and scanned PDF pages.
+
+    Returns:
+        `ExtractedText`. Method ``plain`` for text (one page); ``mail`` for a mail (one
+        page, `MailMessage.to_text`); ``ocr`` for images (a page per frame); and
+        ``text-layer``, ``ocr`` or ``mixed`` for PDFs (a page per PDF page). An empty
+        file is an empty text unless its name claims a binary type.
+
+    Raises:
+        ValueError: ``languages`` is malformed.
+        FileNotFoundError, PermissionError: the file cannot be read. Not a `Reject`,
+            because storage that is briefly unavailable can come back.
+        Reject: permanent failures, by ``code``:
+
+            - ``ENCRYPTED_PDF``: the password is missing or wrong.
+            - ``CORRUPT_FILE``: the content is damaged, or does not match the type its
+              name promises.
+            - ``UNSUPPORTED_TYPE``: binary content of a type not handled here.
+            - ``MALFORMED_MAIL``: a ``.eml`` file, or mail-like content, with no header
+              fields.
+            - ``FILE_TOO_LARGE``: an image too large to decode.
+            - ``OCR_UNAVAILABLE``: `OcrUnavailable`, Tesseract or the languages are missing.
+        OcrFailed: Tesseract crashed or timed out (may pass on a retry).
+    """
+    path = Path(path)
+    parse_languages(languages)
+    with path.open("rb") as handle:
+        head = handle.read(sniff.HEAD_BYTES)
+    mime = sniff.sniff_mime(head)
+    claimed = sniff.SUFFIX_MIME.get(path.suffix.lower())
+    if claimed == sniff.MIME_MAIL and mime == sniff.MIME_TEXT:
+        mime = sniff.MIME_MAIL  # a header-less .eml: let the mail parser judge it
+    promised_binary = claimed not in (None, sniff.MIME_TEXT, sniff.MIME_MAIL)
+    if promised_binary and mime in (sniff.MIME_TEXT, sniff.MIME_BINARY):
+        if not head:
+            raise Reject(f"{path.name}: the file is empty", code="CORRUPT_FILE")
+        raise Reject(
+            f"{path.name}: the name says {claimed} but the content has no {claimed} signature",
+            code="CORRUPT_FILE",
+        )
+
+    if mime == sniff.MIME_PDF:
+        return extract_pdf(path, password=password, languages=languages, mime=mime)
+    if mime in IMAGE_MIMES:
+        return extract_image(path, mime=mime, languages=languages)
+    if mime == sniff.MIME_MAIL:
+        text = normalise_text(extract_mail(path).to_text())
+        return ExtractedText.from_pages((text,), method="mail", mime=mime)
+    if mime == sniff.MIME_TEXT:
+        text = normalise_text(decode_text(path.read_bytes()))
+        return ExtractedText.from_pages((text,), method="plain", mime=mime)
+    raise Reject(
+        f"{path.name}: unsupported file type (not PDF, PNG, JPEG, TIFF, GIF, WebP, mail or text)",
+        code="UNSUPPORTED_TYPE",
+    )
