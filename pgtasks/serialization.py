@@ -13,18 +13,23 @@ Stored as plain JSON (and so queryable with jsonb operators):
 
 Stored as a tagged object ``{"$pgtasks": TYPE, "v": VALUE}`` and rebuilt on read:
 
-* ``tuple``, ``set``, ``frozenset``; ``int`` beyond 64 bits; ``float`` that is
+* ``tuple``, ``set``, ``frozenset``; ``int`` beyond 64 bits (up to Python's
+  ``sys.get_int_max_str_digits()``, 4300 digits by default); ``float`` that is
   ``nan``, ``±inf``, ``-0.0`` or would be written with an exponent (jsonb stores
   numbers as ``numeric`` and prints ``1e16`` back as the integer
   ``10000000000000000``, which would read back as ``int``);
-* ``datetime`` (naive, fixed offset, or an IANA ``zoneinfo.ZoneInfo`` zone, whose
-  key is kept), ``date``, ``time`` (naive or fixed offset), ``timedelta``,
+* ``datetime`` (naive, ``datetime.timezone`` offset with its name, or an IANA
+  ``zoneinfo.ZoneInfo`` zone, whose key is kept), ``date``, ``time`` (likewise),
+  ``timedelta``,
   ``uuid.UUID``, ``decimal.Decimal``, ``bytes`` (base64).
 
 Refused: ``Enum`` members (pass ``.value``), dataclasses and other objects (pass
 ``dataclasses.asdict(obj)`` or an id), ``bytearray``/``memoryview`` (pass
 ``bytes``), subclasses of the types above, dicts with non-``str`` keys or with the
-reserved key ``"$pgtasks"``, and nesting deeper than 256 levels.
+reserved key ``"$pgtasks"``, strings (values or keys) with NUL or lone surrogates,
+time zones other than ``ZoneInfo`` (with a key) and ``datetime.timezone``, and
+nesting deeper than 126 levels (orjson writes at most 254 levels and a tagged
+container takes two).
 """
 
 from __future__ import annotations
@@ -47,7 +52,10 @@ TAG: Final = "$pgtasks"
 _TAG_BYTES: Final = b'"$pgtasks"'
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
-_MAX_DEPTH: Final = 256
+# orjson refuses to write more than 254 nested arrays/objects; a tagged container
+# (tuple, set, timedelta) takes two of them (the tag object and its list), so 126
+# levels of Python nesting always fit.
+_MAX_DEPTH: Final = 126
 
 
 def _tag(kind: str, value: Any, **extra: Any) -> dict[str, Any]:
@@ -56,14 +64,19 @@ def _tag(kind: str, value: Any, **extra: Any) -> dict[str, Any]:
     return out
 
 
-def _encode_tz(tz: dt.tzinfo | None, path: str) -> str | float | None:
+def _encode_tz(tz: dt.tzinfo | None, path: str) -> str | float | list[Any] | None:
     if tz is None:
         return None
     if isinstance(tz, ZoneInfo):
+        if tz.key is None:
+            raise SerializationError(path, "a zoneinfo.ZoneInfo without a key (from_file) cannot be stored")
         return tz.key
     if type(tz) is dt.timezone:
-        offset = tz.utcoffset(None)
-        return offset.total_seconds()
+        offset = tz.utcoffset(None).total_seconds()
+        name = tz.tzname(None)
+        if name != dt.timezone(dt.timedelta(seconds=offset)).tzname(None):
+            return [offset, name]  # a named offset, e.g. timezone(timedelta(hours=1), "CET")
+        return offset
     raise SerializationError(path, f"time zone {tz!r} is not a zoneinfo.ZoneInfo or datetime.timezone")
 
 
@@ -72,6 +85,8 @@ def _decode_tz(value: Any) -> dt.tzinfo | None:
         return None
     if isinstance(value, str):
         return ZoneInfo(value)
+    if isinstance(value, list):
+        return dt.timezone(dt.timedelta(seconds=float(value[0])), str(value[1]))
     return dt.timezone(dt.timedelta(seconds=float(value)))
 
 
@@ -102,13 +117,15 @@ def encode(value: Any, path: str = "value", _depth: int = 0) -> Any:
     if value is None or kind is bool:
         return value
     if kind is str:
-        if "\x00" in value:
-            raise SerializationError(path, "string contains a NUL character (\\u0000), which jsonb rejects")
+        _check_str(value, path)
         return value
     if kind is int:
         if _INT64_MIN <= value <= _INT64_MAX:
             return value
-        return _tag("int", str(value))
+        try:
+            return _tag("int", str(value))
+        except ValueError:  # longer than sys.get_int_max_str_digits() (4300 by default)
+            raise SerializationError(path, "int has too many digits to store as decimal text") from None
     if kind is float:
         return _encode_float(value)
     if kind is list:
@@ -122,6 +139,7 @@ def encode(value: Any, path: str = "value", _depth: int = 0) -> Any:
                 )
             if key == TAG:
                 raise SerializationError(f"{path}[{key!r}]", f"the key {TAG!r} is reserved")
+            _check_str(key, f"{path} key {key!r}")
             out[key] = encode(item, f"{path}[{key!r}]", _depth + 1)
         return out
     if kind is tuple:
@@ -151,6 +169,19 @@ def encode(value: Any, path: str = "value", _depth: int = 0) -> Any:
     if kind is bytes:
         return _tag("bytes", base64.b64encode(value).decode("ascii"))
     return _refuse(value, path)
+
+
+def _check_str(value: str, path: str) -> None:
+    """Refuse text jsonb cannot hold: NUL, and lone surrogates (not valid UTF-8)."""
+    if "\x00" in value:
+        raise SerializationError(path, "string contains a NUL character (\\u0000), which jsonb rejects")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise SerializationError(
+                path, f"string contains a lone surrogate at index {exc.start}, which is not valid UTF-8"
+            ) from None
 
 
 def _refuse(value: Any, path: str) -> Any:
@@ -223,9 +254,10 @@ def dumps(value: Any, path: str = "value") -> str:
     Raises:
         SerializationError: the value cannot round-trip exactly (see module docs).
     """
+    data = encode(value, path)  # raises SerializationError naming the exact path
     try:
-        return orjson.dumps(encode(value, path)).decode("utf-8")
-    except orjson.JSONEncodeError as exc:  # e.g. a lone surrogate in a str
+        return orjson.dumps(data).decode("utf-8")
+    except orjson.JSONEncodeError as exc:  # a safety net; encode refuses what orjson would
         raise SerializationError(path, str(exc)) from None
 
 
