@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pgtasks.app import App
     from pgtasks.task import Task
 
-__all__ = ["JobRuntime", "Request", "TaskContext"]
+__all__ = ["JobRuntime", "Request", "TaskContext", "request_from_row"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +70,30 @@ class Request:
     def attempt_trigger(self) -> str:
         """The trigger of this attempt: the job's trigger on attempt 1, else ``retry``."""
         return self.trigger if self.attempt <= 1 else "retry"
+
+
+def request_from_row(row: Mapping[str, Any], worker_id: str | None) -> Request:
+    """The `Request` of a claimed job row (as ``job_claim_batch`` returns it)."""
+    return Request(
+        id=int(row["id"]),
+        task_name=row["task_name"],
+        attempt=int(row["attempt"]),
+        max_attempts=int(row["max_attempts"]),
+        trigger=row["trigger"],
+        args=tuple(row["args"]),
+        kwargs=row["kwargs"],
+        queue=row["queue"],
+        tenant=row["tenant"],
+        priority=int(row["priority"]),
+        headers=row["headers"],
+        lock_key=row["lock_key"],
+        unique_key=row["unique_key"],
+        schedule_name=row["schedule_name"],
+        scheduled_for=row["scheduled_for"],
+        parent_id=row["parent_id"],
+        correlation_id=row["correlation_id"],
+        worker_id=worker_id,
+    )
 
 
 class JobRuntime(Protocol):

@@ -17,8 +17,8 @@ Hierarchy::
     ├── NotOwner                    worker does not hold the job it reports on
     ├── TaskFailed                  ``AsyncResult.get()`` of a failed job
     │   ├── TaskRevoked             ... that was cancelled
-    │   └── TimeLimitExceeded       ... or exceeded its time limit (also raised
-    │                                   inside a task at its soft time limit)
+    │   └── TimeLimitExceeded       ... or exceeded its time limit
+    │       └── SoftTimeLimitExceeded   raised inside a task at its soft time limit
     ├── ResultTimeout               ``AsyncResult.get(timeout=)`` ran out
     └── DatabaseError               PostgreSQL or the connection failed
         └── ConnectionFailed        could not connect at all
@@ -48,6 +48,7 @@ __all__ = [
     "Retry",
     "RunAlreadyActive",
     "SerializationError",
+    "SoftTimeLimitExceeded",
     "TaskFailed",
     "TaskRevoked",
     "TimeLimitExceeded",
@@ -237,6 +238,20 @@ class TimeLimitExceeded(TaskFailed):
     running job's id and ``status`` is ``"running"``), and by ``AsyncResult.get()``
     for a job that was stopped at its hard ``time_limit``.
     """
+
+
+class SoftTimeLimitExceeded(TimeLimitExceeded):
+    """Raised inside a running task when its ``soft_time_limit`` passes (Celery's name).
+
+    The task may catch it to clean up; if it propagates, the attempt fails with
+    error code ``TIME_LIMIT`` (a transient failure, retried only when the task's
+    ``autoretry_for`` covers it).
+    """
+
+    def __init__(self, job_id: int = 0, status: str = "running", error: dict[str, Any] | None = None) -> None:
+        super().__init__(
+            job_id, status, error or {"type": "SoftTimeLimitExceeded", "message": "soft time limit"}
+        )
 
 
 class ResultTimeout(PgtasksError, TimeoutError):

@@ -222,23 +222,43 @@ CROSS JOIN (SELECT pg_notify('pgtasks_done', '') IS NOT NULL AS notified) n;
 
 -- name: job_finish
 -- End a running job with a terminal non-success status (failed, cancelled, partial_failure),
--- appending the attempt to its history.
+-- appending the attempt (built from the row, timed by the database clock) to its history.
 UPDATE pgtasks.jobs
 SET status = %(status)s, finished_at = coalesce(%(now)s::timestamptz, now()),
-    error = %(error)s::jsonb, result = %(result)s::jsonb,
-    attempts = attempts || %(attempt_record)s::jsonb
+    error = %(error)s::jsonb, result = %(result)s::jsonb, cancel_requested = false,
+    attempts = attempts || jsonb_build_array(jsonb_build_object(
+        'attempt', attempt, 'trigger', CASE WHEN attempt > 1 THEN 'retry' ELSE trigger END,
+        'worker_id', worker_id, 'started_at', started_at,
+        'finished_at', coalesce(%(now)s::timestamptz, now()), 'outcome', %(status)s::text,
+        'error', %(error)s::jsonb))
 WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s
-RETURNING id, pg_notify('pgtasks_done', '') IS NOT NULL AS notified;
+RETURNING id, finished_at, pg_notify('pgtasks_done', '') IS NOT NULL AS notified;
 
 -- name: job_retry
--- Send a running job back to the queue for another attempt after %(delay)s seconds.
+-- Send a running job back to the queue for another attempt after %(delay)s seconds,
+-- appending the failed attempt to its history.
 UPDATE pgtasks.jobs
 SET status = 'queued', worker_id = NULL, started_at = NULL, heartbeat_at = NULL,
     run_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s::float8),
     max_attempts = greatest(max_attempts, %(max_attempts)s::integer),
-    error = %(error)s::jsonb, attempts = attempts || %(attempt_record)s::jsonb
+    error = %(error)s::jsonb, cancel_requested = false,
+    attempts = attempts || jsonb_build_array(jsonb_build_object(
+        'attempt', attempt, 'trigger', CASE WHEN attempt > 1 THEN 'retry' ELSE trigger END,
+        'worker_id', worker_id, 'started_at', started_at,
+        'finished_at', coalesce(%(now)s::timestamptz, now()), 'outcome', 'retry',
+        'error', %(error)s::jsonb))
 WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s
-RETURNING id, queue, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
+RETURNING id, run_at, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
+
+-- name: job_defer
+-- Put a claimed job back without using up an attempt, not before %(delay)s seconds
+-- (a task this worker does not know, left for a worker that does).
+UPDATE pgtasks.jobs
+SET status = 'queued', attempt = attempt - 1, worker_id = NULL, started_at = NULL,
+    heartbeat_at = NULL,
+    run_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s::float8)
+WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s
+RETURNING id;
 
 -- name: job_release
 -- Hand claimed-but-unstarted or interrupted jobs back to the queue at once (graceful shutdown).

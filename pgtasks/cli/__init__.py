@@ -1,0 +1,82 @@
+"""The ``pgtasks`` command line (click): ``pgtasks -A module:app COMMAND ...``.
+
+Sub-commands live in one module each and are listed in `COMMAND_MODULES`; plugins
+add theirs through the ``pgtasks_add_commands`` hook.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from typing import Any
+
+import click
+
+from pgtasks.cli.common import AppLoader, configure_logging
+from pgtasks.errors import PgtasksError
+
+__all__ = ["cli", "main"]
+
+# Each module defines `register(group: click.Group) -> None`.
+COMMAND_MODULES = (
+    "pgtasks.cli.migrate_cmd",
+    "pgtasks.cli.worker_cmd",
+    "pgtasks.cli.jobs_cmd",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "-A",
+    "--app",
+    "app_spec",
+    envvar="PGTASKS_APP",
+    metavar="MODULE:ATTR",
+    help="The app to load, as in Celery (e.g. proj.tasks:app). Env: PGTASKS_APP.",
+)
+@click.option(
+    "--dsn",
+    envvar="PGTASKS_DSN",
+    default=None,
+    help="PostgreSQL DSN (default: PGTASKS_DSN, DATABASE_URL, else the embedded server).",
+)
+@click.option(
+    "--plugin", "plugins", multiple=True, metavar="MODULE", help="Load a plugin module (repeatable)."
+)
+@click.option(
+    "-l",
+    "--loglevel",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+@click.pass_context
+def cli(
+    ctx: click.Context, app_spec: str | None, dsn: str | None, plugins: tuple[str, ...], loglevel: str
+) -> None:
+    """pgtasks: background tasks on PostgreSQL."""
+    configure_logging(loglevel)
+    ctx.obj = AppLoader(app_spec=app_spec, dsn=dsn, plugins=plugins)
+
+
+def _register_commands(group: click.Group) -> None:
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(group)
+
+
+_register_commands(cli)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Entry point of the ``pgtasks`` script.
+
+    Exit codes: 0 success; 1 a pgtasks error (message on stderr, no traceback);
+    2 usage error; 130 forced stop by a second signal.
+    """
+    try:
+        return cli.main(args=argv, prog_name="pgtasks", standalone_mode=True)
+    except PgtasksError as exc:  # raised outside click's own handling
+        logging.getLogger("pgtasks").debug("error", exc_info=True)
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)

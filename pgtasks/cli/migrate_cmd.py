@@ -1,0 +1,27 @@
+"""``pgtasks migrate``: create or upgrade the schema, or print it for a DBA."""
+
+from __future__ import annotations
+
+import click
+
+from pgtasks.cli.common import AppLoader
+from pgtasks.migrate import migration_sql
+
+__all__ = ["register"]
+
+
+@click.command("migrate")
+@click.option("--sql", "print_sql", is_flag=True, help="Print the schema SQL instead of applying it.")
+@click.pass_obj
+def migrate_command(loader: AppLoader, print_sql: bool) -> None:
+    """Apply pending migrations (idempotent; safe to run from several hosts at once)."""
+    if print_sql:
+        click.echo(migration_sql(), nl=False)
+        return
+    applied = loader.get().migrate()
+    click.echo(f"applied: {', '.join(applied)}" if applied else "schema is up to date")
+
+
+def register(group: click.Group) -> None:
+    """Add the command to the CLI."""
+    group.add_command(migrate_command)

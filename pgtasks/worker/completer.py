@@ -1,0 +1,149 @@
+"""Batched writing of successful results: one statement for many jobs.
+
+A finished job's result waits at most ``delay`` seconds (or until ``batch``
+results are pending) and is then written with the others in one UPDATE. A job is
+reported succeeded only by that committed write; until then it stays ``running``
+and is recovered by the reaper if the worker dies, so no guarantee is weakened.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pgtasks.errors import DatabaseError
+from pgtasks.store import Store
+
+__all__ = ["Completer", "Completion"]
+
+log = logging.getLogger("pgtasks.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A successful attempt waiting to be written."""
+
+    job_id: int
+    task_name: str
+    result_json: str
+    result: Any
+    runtime: float
+
+
+class Completer:
+    """Collects successful results and writes them in batches from one thread.
+
+    Args:
+        store: the worker's store.
+        worker_id: only jobs this worker still holds are completed.
+        batch: most results per statement.
+        delay: seconds a result may wait for company.
+        on_written: called after commit with the completions written and the ids
+            that were no longer held (reaped or cancelled meanwhile).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        worker_id: str,
+        *,
+        batch: int,
+        delay: float,
+        on_written: Callable[[list[Completion], set[int]], None],
+    ) -> None:
+        self.store = store
+        self.worker_id = worker_id
+        self.batch = batch
+        self.delay = delay
+        self.on_written = on_written
+        self._pending: list[Completion] = []
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.written = 0
+
+    def start(self) -> None:
+        """Start the writer thread."""
+        self._thread = threading.Thread(target=self._run, name="pgtasks-completer", daemon=True)
+        self._thread.start()
+
+    def add(self, completion: Completion) -> None:
+        """Queue a result for the next batch."""
+        with self._cond:
+            self._pending.append(completion)
+            if len(self._pending) == 1 or len(self._pending) >= self.batch:
+                self._cond.notify()
+
+    def pending(self) -> int:
+        """Results not yet written."""
+        with self._cond:
+            return len(self._pending)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Write what is pending, then stop."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _take(self) -> list[Completion]:
+        with self._cond:
+            while not self._pending and not self._stop:
+                self._cond.wait()
+            if self._pending and len(self._pending) < self.batch and not self._stop:
+                deadline = time.monotonic() + self.delay
+                while len(self._pending) < self.batch and not self._stop:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+            taken, self._pending = self._pending[: self.batch], self._pending[self.batch :]
+            return taken
+
+    def _run(self) -> None:
+        while True:
+            items = self._take()
+            if not items:
+                with self._cond:
+                    if self._stop and not self._pending:
+                        return
+                continue
+            self._write(items)
+
+    def _write(self, items: list[Completion]) -> None:
+        delay = 0.05
+        while True:
+            try:
+                rows = self.store.fetch_all(
+                    "job_succeed_batch",
+                    {
+                        "ids": [c.job_id for c in items],
+                        "results": [c.result_json for c in items],
+                        "worker_id": self.worker_id,
+                        "now": None,
+                    },
+                )
+                break
+            except DatabaseError as exc:
+                if not exc.transient:
+                    log.error(
+                        "cannot record %d results (%s); their jobs will be recovered by lease",
+                        len(items),
+                        exc,
+                    )
+                    return
+                log.warning("recording results failed (%s); retrying in %.2fs", exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        done = {int(r["id"]) for r in rows}
+        lost = {c.job_id for c in items} - done
+        self.written += len(done)
+        if lost:
+            log.warning("jobs %s were no longer held by this worker; results dropped", sorted(lost))
+        self.on_written([c for c in items if c.job_id in done], lost)

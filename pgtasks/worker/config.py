@@ -1,0 +1,112 @@
+"""Worker settings: one frozen object, validated once, built by the CLI or by tests."""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import socket
+from dataclasses import dataclass, field
+
+from pgtasks.errors import ConfigurationError
+
+__all__ = ["WorkerConfig", "make_worker_id"]
+
+POOLS = ("threads", "processes")
+UNKNOWN_TASK_POLICIES = ("fail", "defer")
+
+
+def make_worker_id(hostname: str | None = None) -> str:
+    """A worker id unique per process start: ``host:pid:random``."""
+    return f"{hostname or socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """How a worker claims, runs and recovers jobs.
+
+    Attributes:
+        queues: queues to serve (Celery ``-Q``), default ``("default",)``.
+        concurrency: jobs run at once (Celery ``-c``), >= 1; default 4.
+        pool: ``"threads"`` (default) or ``"processes"`` (CPU-bound work, hard
+            time limits, ``terminate`` on revoke).
+        hostname: host part of the worker id (Celery ``-n``); default the host name.
+        prefetch_multiplier: jobs held claimed-but-not-started per slot (Celery's
+            ``worker_prefetch_multiplier``, default 4). A claim asks for
+            ``concurrency * prefetch_multiplier`` minus what is held.
+        lease_timeout: seconds without a heartbeat after which this worker's jobs
+            may be reaped by others (default 30).
+        heartbeat_interval: seconds between heartbeats (default lease / 3).
+        poll_interval: seconds between polls when no notification arrives
+            (default 1.0; NOTIFY only wakes, polling always runs).
+        listen: use LISTEN/NOTIFY wake-ups (False behind PgBouncer transaction pooling).
+        shutdown_timeout: seconds running jobs get to finish after SIGTERM (default 30).
+        tenant_fair: serve tenants round-robin (default True).
+        max_tenants_per_claim: tenants one claim looks at (default 100); beyond that
+            the claim continues from where the last one stopped.
+        burst: exit once no due job is left and nothing is running.
+        max_tasks_per_child: in the processes pool, replace a child after this many jobs.
+        reap_interval: seconds between reaper runs (default 5).
+        completion_batch: most results written by one statement (default 500).
+        completion_delay: seconds a finished job waits for others to share its write
+            (default 0.002).
+        unknown_tasks: ``"fail"`` (default: fail jobs of unknown task names at once)
+            or ``"defer"`` (put them back for a worker that knows them, 60 s later).
+        worker_id: explicit id (default `make_worker_id`).
+        app_spec: ``module:attribute`` of the app, needed by the processes pool.
+    """
+
+    queues: tuple[str, ...] = ("default",)
+    concurrency: int = 4
+    pool: str = "threads"
+    hostname: str | None = None
+    prefetch_multiplier: int = 4
+    lease_timeout: float = 30.0
+    heartbeat_interval: float | None = None
+    poll_interval: float = 1.0
+    listen: bool = True
+    shutdown_timeout: float = 30.0
+    tenant_fair: bool = True
+    max_tenants_per_claim: int = 100
+    burst: bool = False
+    max_tasks_per_child: int | None = None
+    reap_interval: float = 5.0
+    completion_batch: int = 500
+    completion_delay: float = 0.002
+    unknown_tasks: str = "fail"
+    worker_id: str = field(default="")
+    app_spec: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.queues or any(not isinstance(q, str) or not q for q in self.queues):
+            raise ConfigurationError(f"queues must be non-empty names, got {self.queues!r}")
+        if self.pool not in POOLS:
+            raise ConfigurationError(f"pool must be one of {', '.join(POOLS)}, got {self.pool!r}")
+        if self.unknown_tasks not in UNKNOWN_TASK_POLICIES:
+            raise ConfigurationError(f"unknown_tasks must be one of {UNKNOWN_TASK_POLICIES}")
+        for name in ("concurrency", "prefetch_multiplier", "max_tenants_per_claim", "completion_batch"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
+        for name in ("lease_timeout", "poll_interval", "shutdown_timeout", "reap_interval"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
+        if self.heartbeat_interval is not None and not 0 < self.heartbeat_interval < self.lease_timeout:
+            raise ConfigurationError("heartbeat_interval must be positive and below lease_timeout")
+        if self.max_tasks_per_child is not None and self.max_tasks_per_child < 1:
+            raise ConfigurationError("max_tasks_per_child must be >= 1")
+        if self.pool == "processes" and not self.app_spec:
+            raise ConfigurationError("the processes pool needs the app's import path (-A module:app)")
+        if not self.worker_id:
+            object.__setattr__(self, "worker_id", make_worker_id(self.hostname))
+
+    @property
+    def heartbeat_every(self) -> float:
+        """Seconds between heartbeats."""
+        return self.heartbeat_interval or self.lease_timeout / 3.0
+
+    @property
+    def capacity(self) -> int:
+        """Most jobs this worker holds (running plus claimed-but-not-started)."""
+        return self.concurrency * self.prefetch_multiplier

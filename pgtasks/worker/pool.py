@@ -1,0 +1,125 @@
+"""The ``threads`` executor pool and the bookkeeping of held jobs.
+
+A `HeldJob` is a job this worker claimed. It waits in the pool's queue
+(claimed-but-not-started, handed back at shutdown) until a pool thread starts
+it. Starting and revoking are decided under one lock, so a job is either run or
+handed back, never both.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pgtasks.context import Request
+from pgtasks.task import Task
+
+__all__ = ["HeldJob", "ThreadPool", "raise_in_thread"]
+
+
+@dataclass(eq=False)
+class HeldJob:
+    """A claimed job and its run-time state (mutable; guarded by ``lock``)."""
+
+    row: dict[str, Any]
+    task: Task | None
+    request: Request
+    cancel: threading.Event = field(default_factory=threading.Event)
+    terminate: bool = False
+    started: bool = False
+    revoked: bool = False
+    finished: bool = False
+    thread_id: int | None = None
+    started_at: float | None = None  # time.monotonic()
+    soft_limit_fired: bool = False
+    hard_limit_fired: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def id(self) -> int:
+        """The job id."""
+        return int(self.row["id"])
+
+    def try_start(self) -> bool:
+        """Mark as started unless it was revoked (handed back or cancelled) first."""
+        with self.lock:
+            if self.revoked:
+                return False
+            self.started = True
+            self.thread_id = threading.get_ident()
+            self.started_at = time.monotonic()
+            return True
+
+    def try_revoke(self) -> bool:
+        """Take the job back if it has not started; True when it will never run here."""
+        with self.lock:
+            if self.started:
+                return False
+            self.revoked = True
+            return True
+
+
+def raise_in_thread(thread_id: int, exc_type: type[BaseException]) -> bool:
+    """Raise ``exc_type`` asynchronously in another Python thread (best effort).
+
+    Uses CPython's ``PyThreadState_SetAsyncExc``: the exception arrives at the
+    thread's next bytecode boundary, so a thread blocked in C code (a long
+    ``sleep``, a socket read) sees it only when that call returns.
+    """
+    done = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc_type))
+    if done > 1:  # pragma: no cover - would mean several threads were hit; undo
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), None)
+        return False
+    return bool(done)
+
+
+class ThreadPool:
+    """``size`` daemon threads running held jobs in claim order.
+
+    Args:
+        size: threads (the worker's concurrency).
+        run: called in a pool thread for each job that could be started.
+    """
+
+    def __init__(self, size: int, run: Callable[[HeldJob], None]) -> None:
+        self.size = size
+        self._run = run
+        self._queue: queue.SimpleQueue[HeldJob | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"pgtasks-job-{i}", daemon=True) for i in range(size)
+        ]
+
+    def start(self) -> None:
+        """Start the threads."""
+        for t in self._threads:
+            t.start()
+
+    def submit(self, job: HeldJob) -> None:
+        """Queue a job for the next free thread."""
+        self._queue.put(job)
+
+    def _loop(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            if job.try_start():
+                self._run(job)
+
+    def stop(self, timeout: float) -> bool:
+        """Let the threads finish their current job and exit; True if all did in time."""
+        for _ in self._threads:
+            self._queue.put(None)
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
+
+    def terminate(self, job: HeldJob) -> bool:
+        """Threads cannot be killed: returns False (the job is only flagged cancelled)."""
+        return False

@@ -1,0 +1,288 @@
+"""The ``processes`` pool: each slot owns a child process that runs one job at a time.
+
+Use it for CPU-bound tasks and when hard time limits or ``revoke(terminate=True)``
+must be enforced: the parent kills the child (SIGKILL) and starts a fresh one.
+Children are started with the ``spawn`` method and import the app from its path
+(``-A module:app``), so no connection or thread of the parent leaks into them.
+
+A child that dies mid-job (killed, crashed, out of memory) ends the attempt as
+``WORKER_LOST`` (transient), ``TIME_LIMIT`` when the parent killed it at the
+task's ``time_limit``, or ``cancelled`` when killed for a revoke.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.connection
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from multiprocessing.sharedctypes import Synchronized
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from pgtasks.context import TaskContext, request_from_row
+from pgtasks.errors import NotOwner, SoftTimeLimitExceeded
+from pgtasks.serialization import dumps, loads_json
+from pgtasks.states import JobStatus
+from pgtasks.worker.attempt import Success, run_attempt
+from pgtasks.worker.outcome import Outcome, decide
+from pgtasks.worker.pool import HeldJob, ThreadPool
+
+if TYPE_CHECKING:
+    from pgtasks.worker.worker import Worker
+
+__all__ = ["ProcessPool"]
+
+log = logging.getLogger("pgtasks.worker")
+
+_CTX = multiprocessing.get_context("spawn")
+
+
+class WorkerLost(Exception):
+    """The child process running a job died (killed, crashed, out of memory)."""
+
+    failure_class = "transient"
+    code = "WORKER_LOST"
+
+
+class _Slot:
+    """One child process and the pipe to it."""
+
+    def __init__(self, pool: ProcessPool, index: int) -> None:
+        self.pool = pool
+        self.index = index
+        self.process: Any = None
+        self.conn: multiprocessing.connection.Connection | None = None
+        self.cancel_flag: Synchronized[int] = _CTX.Value("i", 0)
+        self.current: HeldJob | None = None
+        self.killed_for: str | None = None
+        self.lock = threading.Lock()
+
+    def ensure_child(self) -> None:
+        if self.process is not None and self.process.is_alive():
+            return
+        parent_conn, child_conn = _CTX.Pipe()
+        worker = self.pool.worker
+        self.process = _CTX.Process(
+            target=_child_main,
+            args=(
+                worker.config.app_spec,
+                worker.app.store.dsn,
+                worker.id,
+                child_conn,
+                self.cancel_flag,
+                worker.config.max_tasks_per_child,
+            ),
+            name=f"pgtasks-child-{self.index}",
+            daemon=True,
+        )
+        self.process.start()
+        child_conn.close()
+        self.conn = parent_conn
+
+    def kill(self, why: str) -> bool:
+        with self.lock:
+            if self.process is None or not self.process.is_alive():
+                return False
+            self.killed_for = why
+            self.process.kill()
+            return True
+
+    def close(self) -> None:
+        if self.process is None:
+            return
+        if self.process.is_alive() and self.conn is not None:
+            with contextlib.suppress(OSError):
+                self.conn.send(None)
+            self.process.join(2.0)
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(2.0)
+        self.process.close()
+        self.process = None
+
+
+class ProcessPool:
+    """``size`` slots, each a parent thread driving its own child process.
+
+    Args:
+        worker: the owning worker (config, app, store).
+        size: slots (the worker's concurrency).
+        finish: called with ``(held, Success | Outcome)`` when an attempt ends.
+    """
+
+    def __init__(
+        self, worker: Worker, size: int, finish: Callable[[HeldJob, Success | Outcome], None]
+    ) -> None:
+        self.worker = worker
+        self.finish = finish
+        self._slots = [_Slot(self, i) for i in range(size)]
+        self._free: list[_Slot] = list(self._slots)
+        self._free_lock = threading.Lock()
+        self._threads = ThreadPool(size, self._run)
+
+    def start(self) -> None:
+        """Start the driving threads; children start on first use."""
+        self._threads.start()
+
+    def submit(self, job: HeldJob) -> None:
+        """Queue a job for the next free slot."""
+        self._threads.submit(job)
+
+    def _take_slot(self) -> _Slot:
+        with self._free_lock:
+            return self._free.pop()
+
+    def _run(self, held: HeldJob) -> None:
+        slot = self._take_slot()
+        try:
+            self.finish(held, self._run_in(slot, held))
+        finally:
+            slot.current = None
+            with self._free_lock:
+                self._free.append(slot)
+
+    def _run_in(self, slot: _Slot, held: HeldJob) -> Success | Outcome:
+        slot.ensure_child()
+        assert slot.conn is not None
+        slot.killed_for = None
+        slot.cancel_flag.value = 0
+        slot.current = held
+        if held.cancel.is_set():
+            slot.cancel_flag.value = 1
+        try:
+            slot.conn.send(held.row)
+            while True:
+                if slot.conn.poll(0.05):
+                    reply = slot.conn.recv()
+                    break
+                if held.cancel.is_set():
+                    slot.cancel_flag.value = 1
+                if not slot.process.is_alive():
+                    raise EOFError
+        except (EOFError, OSError, BrokenPipeError):
+            return self._child_died(slot, held)
+        if isinstance(reply, Success):
+            return Success(loads_json(reply.result_json.encode()), reply.result_json, reply.runtime)
+        return reply  # type: ignore[no-any-return]
+
+    def _child_died(self, slot: _Slot, held: HeldJob) -> Outcome:
+        code = slot.process.exitcode if slot.process is not None else None
+        slot.close()
+        assert held.task is not None
+        if slot.killed_for == "cancel":
+            error = {
+                "type": "Cancelled",
+                "code": "CANCELLED",
+                "class": "permanent",
+                "message": "terminated on request",
+            }
+            return Outcome(JobStatus.CANCELLED, error, max_attempts=held.request.max_attempts)
+        if slot.killed_for == "time_limit":
+            from pgtasks.worker.timelimits import HardTimeLimitExceeded
+
+            exc: BaseException = HardTimeLimitExceeded(held.id)
+        else:
+            exc = WorkerLost(f"child process died with exit code {code} while running job {held.id}")
+        return decide(exc, held.task.options, held.request)
+
+    def terminate(self, job: HeldJob) -> bool:
+        """Kill the child running ``job`` (cancel with terminate, or a hard time limit)."""
+        why = "cancel" if job.cancel.is_set() else "time_limit"
+        for slot in self._slots:
+            if slot.current is job:
+                return slot.kill(why)
+        return False
+
+    def stop(self, timeout: float) -> bool:
+        """Let running jobs finish within ``timeout``, then stop every child."""
+        done = self._threads.stop(timeout)
+        if not done:
+            for slot in self._slots:
+                slot.kill("shutdown")
+        for slot in self._slots:
+            slot.close()
+        return done
+
+
+# -- the child side --------------------------------------------------------------------
+
+
+class _ChildRuntime:
+    """`JobRuntime` inside a child: progress through its own store, cancel flag from the parent."""
+
+    def __init__(self, store: Any, worker_id: str, flag: Synchronized[int]) -> None:
+        self.store = store
+        self.worker_id = worker_id
+        self.flag = flag
+
+    def report_progress(self, job_id: int, counters: Any) -> bool:
+        row = self.store.fetch_one(
+            "job_report_progress",
+            {
+                "id": job_id,
+                "worker_id": self.worker_id,
+                "progress": dumps(dict(counters), "progress"),
+                "now": None,
+            },
+        )
+        if row is None:
+            raise NotOwner(job_id, self.worker_id)
+        if row["cancel_requested"]:
+            self.flag.value = 1
+        return bool(row["cancel_requested"])
+
+    def is_cancelled(self, job_id: int) -> bool:
+        return bool(self.flag.value)
+
+
+def _on_alarm(signum: int, frame: FrameType | None) -> None:
+    raise SoftTimeLimitExceeded()
+
+
+def _child_main(  # noqa: PLR0917 - multiprocessing passes arguments positionally
+    app_spec: str,
+    dsn: str,
+    worker_id: str,
+    conn: multiprocessing.connection.Connection,
+    flag: Synchronized[int],
+    max_tasks: int | None,
+) -> None:
+    """Run jobs sent by the parent until told to stop (None) or ``max_tasks`` is reached."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides about shutdown
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGALRM, _on_alarm)
+    from pgtasks.cli.common import load_app
+    from pgtasks.store import Store
+
+    app = load_app(app_spec)
+    app.settings = replace(app.settings, dsn=dsn)
+    runtime = _ChildRuntime(Store(dsn, max_size=2), worker_id, flag)
+    done = 0
+    while True:
+        try:
+            row = conn.recv()
+        except EOFError:
+            return
+        if row is None:
+            return
+        task = app.tasks[row["task_name"]]
+        request = request_from_row(row, worker_id)
+        context = TaskContext(task, request, runtime=runtime)
+        soft = task.options.soft_time_limit
+        if soft:
+            signal.setitimer(signal.ITIMER_REAL, soft)
+        try:
+            outcome = run_attempt(context)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        if isinstance(outcome, Success):
+            outcome = Success(None, outcome.result_json, outcome.runtime)
+        conn.send(outcome)
+        done += 1
+        if max_tasks is not None and done >= max_tasks:
+            return

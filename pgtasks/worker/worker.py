@@ -1,0 +1,544 @@
+"""The worker: claim jobs in batches, run them, record outcomes, recover the lost.
+
+One `Worker` per process. Its threads:
+
+* the claim loop (the thread calling `Worker.run`): claims batches sized to free
+  capacity, hands them to the pool, and sleeps until woken by NOTIFY, by a
+  finished job, or by the poll timer (NOTIFY only wakes: polling always runs);
+* the pool (``threads`` or ``processes``) running jobs;
+* the completer writing successful results in batches;
+* the heartbeat (lease and cancellation requests), the reaper, the time-limit
+  watchdog, and the listener.
+
+Shutdown (SIGTERM/SIGINT, `Worker.request_stop`, or the end of a burst): stop
+claiming, hand back claimed-but-unstarted jobs at once, let running jobs finish
+within ``shutdown_timeout`` (heartbeats go on), hand back what is still running,
+write pending results, unregister. A second signal exits at once (code 130);
+its running jobs are recovered by lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from types import FrameType
+from typing import Any
+
+from pgtasks.app import App
+from pgtasks.context import TaskContext, request_from_row
+from pgtasks.errors import DatabaseError, NotOwner
+from pgtasks.plugins import call_isolated
+from pgtasks.serialization import dumps
+from pgtasks.states import JobStatus
+from pgtasks.store import Store
+from pgtasks.worker.attempt import Success, run_attempt
+from pgtasks.worker.completer import Completer, Completion
+from pgtasks.worker.config import WorkerConfig
+from pgtasks.worker.listener import Listener
+from pgtasks.worker.outcome import Outcome
+from pgtasks.worker.pool import HeldJob, ThreadPool
+from pgtasks.worker.services import Heartbeat, Reaper, ReaperConfig
+from pgtasks.worker.timelimits import TimeLimitWatchdog
+
+__all__ = ["EXIT_FORCED", "EXIT_OK", "Worker"]
+
+log = logging.getLogger("pgtasks.worker")
+
+EXIT_OK = 0
+EXIT_FORCED = 130
+UNKNOWN_TASK_DEFER = 60.0  # seconds a job of an unknown task waits before another try
+
+
+class Worker:
+    """Runs jobs of an app's tasks from the given queues until stopped.
+
+    Args:
+        app: the `App` whose tasks this worker runs.
+        config: a `WorkerConfig` (default: one built from ``overrides``).
+        overrides: `WorkerConfig` fields, when ``config`` is not given.
+
+    Attributes:
+        started: set once the worker is registered and claiming.
+        stopped: set once it has shut down.
+        processed: attempts finished by this worker (any outcome).
+    """
+
+    def __init__(self, app: App, config: WorkerConfig | None = None, **overrides: Any) -> None:
+        self.app = app
+        self.config = config or WorkerConfig(**overrides)
+        self.id = self.config.worker_id
+        self.store = Store(
+            app.store.dsn,
+            max_size=min(self.config.concurrency + 4, 32),
+            prepare_threshold=app.settings.prepare_threshold,
+        )
+        self.started = threading.Event()
+        self.stopped = threading.Event()
+        self.processed = 0
+        self._stopping = threading.Event()
+        self._stop_reason = "signal"
+        self._wake = threading.Event()
+        self._held: dict[int, HeldJob] = {}
+        self._held_lock = threading.Lock()
+        self._signals = 0
+        self._cursor = ("", "")
+        self._pool: Any = None
+        self._completer = Completer(
+            self.store,
+            self.id,
+            batch=self.config.completion_batch,
+            delay=self.config.completion_delay,
+            on_written=self._on_written,
+        )
+        self._heartbeat = Heartbeat(
+            self.store,
+            self.id,
+            self.config.heartbeat_every,
+            on_cancel=self._on_cancel,
+            on_lost=self._on_lost,
+            stopping=self._stopping.is_set,
+        )
+        self._reaper = Reaper(
+            self.store,
+            ReaperConfig(interval=self.config.reap_interval, lease_timeout=self.config.lease_timeout),
+            app.plugin_manager,
+        )
+        self._watchdog = TimeLimitWatchdog(self._held_jobs, on_hard_limit=self._on_hard_limit)
+        self._listener: Listener | None = None
+        if self.config.listen:
+            self._listener = Listener(
+                self.store,
+                on_jobs=self._on_jobs_notified,
+                on_cancel=lambda job_id: self._on_cancel(job_id, False),
+                on_reconnect=self._wake.set,
+            )
+
+    def __repr__(self) -> str:
+        return f"<Worker {self.id} queues={','.join(self.config.queues)}>"
+
+    # -- life cycle ----------------------------------------------------------------
+
+    def run(self, *, install_signal_handlers: bool | None = None) -> int:
+        """Register, run until stopped, shut down gracefully; returns the exit code.
+
+        Args:
+            install_signal_handlers: handle SIGTERM/SIGINT (default: when called in
+                the main thread).
+        """
+        if install_signal_handlers is None:
+            install_signal_handlers = threading.current_thread() is threading.main_thread()
+        if install_signal_handlers:
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        self._register()
+        self._pool = self._make_pool()
+        self._pool.start()
+        self._completer.start()
+        self._heartbeat.start()
+        self._reaper.start()
+        self._watchdog.start()
+        if self._listener is not None:
+            self._listener.start()
+        log.info(
+            "worker %s ready: queues=%s concurrency=%d pool=%s listen=%s",
+            self.id,
+            ",".join(self.config.queues),
+            self.config.concurrency,
+            self.config.pool,
+            self.config.listen,
+        )
+        call_isolated(
+            self.app.plugin_manager,
+            "pgtasks_worker_started",
+            worker_id=self.id,
+            queues=list(self.config.queues),
+            concurrency=self.config.concurrency,
+        )
+        self.started.set()
+        try:
+            self._loop()
+        finally:
+            self._shutdown()
+        return EXIT_OK
+
+    def request_stop(self, reason: str = "signal") -> None:
+        """Stop claiming and shut down gracefully (safe from any thread)."""
+        if not self._stopping.is_set():
+            self._stop_reason = reason
+            self._stopping.set()
+            self._wake.set()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            log.warning(
+                "received %s: finishing running jobs (up to %.0fs); signal again to exit at once",
+                signal.Signals(signum).name,
+                self.config.shutdown_timeout,
+            )
+            self.request_stop("signal")
+        else:
+            log.error("second signal: exiting now; running jobs will be recovered by lease")
+            os._exit(EXIT_FORCED)
+
+    def _register(self) -> None:
+        self.store.fetch_one(
+            "worker_register",
+            {
+                "id": self.id,
+                "host": self.id.split(":")[0],
+                "pid": os.getpid(),
+                "queues": list(self.config.queues),
+                "concurrency": self.config.concurrency,
+                "pool": self.config.pool,
+                "lease_timeout": self.config.lease_timeout,
+                "now": None,
+            },
+        )
+
+    def _make_pool(self) -> Any:
+        if self.config.pool == "processes":
+            from pgtasks.worker.processes import ProcessPool
+
+            return ProcessPool(self, self.config.concurrency, self._finish)
+        return ThreadPool(self.config.concurrency, self._execute)
+
+    # -- claiming ------------------------------------------------------------------
+
+    def _held_jobs(self) -> list[HeldJob]:
+        with self._held_lock:
+            return list(self._held.values())
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            limit = self.config.capacity - len(self._held)
+            claimed = 0
+            if limit > 0:
+                try:
+                    claimed = self._claim(limit)
+                except DatabaseError as exc:
+                    log.warning("claim failed (%s); retrying after %.1fs", exc, self.config.poll_interval)
+                    self._wake.wait(self.config.poll_interval)
+                    continue
+                if claimed >= limit:
+                    continue  # more may be waiting
+            idle = claimed == 0 and not self._held and self._completer.pending() == 0
+            if self.config.burst and idle and self._nothing_due():
+                self.request_stop("burst-done")
+                break
+            self._wake.wait(self._idle_wait() if limit > 0 else self.config.poll_interval)
+
+    def _claim(self, limit: int) -> int:
+        params = {
+            "queues": list(self.config.queues),
+            "after_queue": self._cursor[0],
+            "after_tenant": self._cursor[1],
+            "max_tenants": self.config.max_tenants_per_claim,
+            "limit": limit,
+            "now": None,
+            "fair": self.config.tenant_fair,
+            "worker_id": self.id,
+        }
+        try:
+            rows = self.store.fetch_all("job_claim_batch", params)
+        except DatabaseError as exc:
+            if exc.sqlstate != "23505":  # two workers raced for one lock key: claim again
+                raise
+            rows = self.store.fetch_all("job_claim_batch", params)
+        tenants = {(r["queue"], r["tenant"]) for r in rows}
+        if len(tenants) >= self.config.max_tenants_per_claim:
+            self._cursor = max(tenants)
+        elif self._cursor != ("", "") and not rows:
+            self._cursor = ("", "")
+            return self._claim(limit)
+        else:
+            self._cursor = ("", "")
+        for row in rows:
+            self._dispatch(row)
+        return len(rows)
+
+    def _nothing_due(self) -> bool:
+        row = self.store.fetch_one("job_next_run_at", {"queues": list(self.config.queues), "now": None})
+        return row is None or row["run_at"] is None or row["run_at"] > row["now"]
+
+    def _idle_wait(self) -> float:
+        wait = self.config.poll_interval
+        try:
+            row = self.store.fetch_one("job_next_run_at", {"queues": list(self.config.queues), "now": None})
+        except DatabaseError:
+            return wait
+        if row and row["run_at"] is not None:
+            until = (row["run_at"] - row["now"]).total_seconds()
+            wait = min(wait, max(until, 0.0))
+        return wait
+
+    def _on_jobs_notified(self, queue: str) -> None:
+        if queue in self.config.queues:
+            self._wake.set()
+
+    def _dispatch(self, row: dict[str, Any]) -> None:
+        task = self.app.tasks.get(row["task_name"])
+        request = request_from_row(row, self.id)
+        held = HeldJob(row=row, task=task, request=request)
+        if task is None:
+            self._unknown_task(held)
+            return
+        with self._held_lock:
+            self._held[held.id] = held
+        self._pool.submit(held)
+
+    def _unknown_task(self, held: HeldJob) -> None:
+        name = held.request.task_name
+        if self.config.unknown_tasks == "defer":
+            log.warning(
+                "job %s: task %r is not registered here; deferring it %.0fs for a worker that knows it",
+                held.id,
+                name,
+                UNKNOWN_TASK_DEFER,
+            )
+            self.store.fetch_one(
+                "job_defer", {"id": held.id, "worker_id": self.id, "delay": UNKNOWN_TASK_DEFER, "now": None}
+            )
+            return
+        log.error("job %s: unknown task %r; failing it", held.id, name)
+        error = {
+            "type": "UnknownTask",
+            "code": "UNKNOWN_TASK",
+            "class": "permanent",
+            "message": f"task {name!r} is not registered on worker {self.id}; "
+            f"known tasks: {', '.join(sorted(self.app.tasks)) or 'none'}",
+        }
+        self._write_outcome(held, Outcome(JobStatus.FAILED, error, max_attempts=held.request.max_attempts))
+
+    # -- running -------------------------------------------------------------------
+
+    def _execute(self, held: HeldJob) -> None:
+        """Run a held job in a pool thread (the threads pool)."""
+        assert held.task is not None
+        context = TaskContext(held.task, held.request, runtime=self)
+        self._finish(held, run_attempt(context))
+
+    def _finish(self, held: HeldJob, outcome: Success | Outcome) -> None:
+        """Record how an attempt ended; called from the pool."""
+        held.finished = True
+        try:
+            if isinstance(outcome, Success):
+                self._completer.add(
+                    Completion(
+                        held.id, held.request.task_name, outcome.result_json, outcome.result, outcome.runtime
+                    )
+                )
+            else:
+                self._write_outcome(held, outcome)
+        finally:
+            with self._held_lock:
+                self._held.pop(held.id, None)
+                self.processed += 1
+            self._wake.set()
+            limit = self.config.max_tasks_per_child
+            if limit is not None and self.config.pool == "threads" and self.processed >= limit:
+                self.request_stop("max-tasks")
+
+    def _write_outcome(self, held: HeldJob, outcome: Outcome) -> None:
+        name = held.request.task_name
+        error_json = dumps(outcome.error, "error")
+        for attempt in range(5):
+            try:
+                if outcome.status == JobStatus.QUEUED:
+                    row = self.store.fetch_one(
+                        "job_retry",
+                        {
+                            "id": held.id,
+                            "worker_id": self.id,
+                            "delay": outcome.delay,
+                            "max_attempts": outcome.max_attempts,
+                            "error": error_json,
+                            "now": None,
+                        },
+                    )
+                    if row is not None:
+                        log.info(
+                            "job %s (%s) attempt %d failed: %s; retry in %.1fs",
+                            held.id,
+                            name,
+                            held.request.attempt,
+                            outcome.error.get("message"),
+                            outcome.delay,
+                        )
+                        call_isolated(
+                            self.app.plugin_manager,
+                            "pgtasks_job_retrying",
+                            job_id=held.id,
+                            task_name=name,
+                            error=outcome.error,
+                            delay=outcome.delay,
+                            attempt=held.request.attempt,
+                        )
+                else:
+                    result = getattr(outcome.result, "json", None)
+                    if result is None:
+                        result = dumps(outcome.result, "result") if outcome.result is not None else None
+                    row = self.store.fetch_one(
+                        "job_finish",
+                        {
+                            "id": held.id,
+                            "worker_id": self.id,
+                            "status": str(outcome.status),
+                            "error": error_json,
+                            "result": result,
+                            "now": None,
+                        },
+                    )
+                    if row is not None:
+                        log.log(
+                            logging.INFO if outcome.status == JobStatus.CANCELLED else logging.WARNING,
+                            "job %s (%s) %s: %s",
+                            held.id,
+                            name,
+                            outcome.status,
+                            outcome.error.get("message"),
+                        )
+                        call_isolated(
+                            self.app.plugin_manager,
+                            "pgtasks_job_failed",
+                            job_id=held.id,
+                            task_name=name,
+                            error=outcome.error,
+                            final_status=str(outcome.status),
+                        )
+                if row is None:
+                    log.warning(
+                        "job %s was no longer held by this worker; outcome %s dropped",
+                        held.id,
+                        outcome.status,
+                    )
+                return
+            except DatabaseError as exc:
+                if not exc.transient or attempt == 4:
+                    log.error(
+                        "cannot record outcome of job %s (%s); it will be recovered by lease", held.id, exc
+                    )
+                    return
+                time.sleep(0.1 * 2**attempt)
+
+    def _on_written(self, done: list[Completion], lost: set[int]) -> None:
+        for c in done:
+            call_isolated(
+                self.app.plugin_manager,
+                "pgtasks_job_succeeded",
+                job_id=c.job_id,
+                task_name=c.task_name,
+                result=c.result,
+                runtime=c.runtime,
+            )
+
+    # -- what a running task can ask (JobRuntime) ------------------------------------
+
+    def report_progress(self, job_id: int, counters: Mapping[str, Any]) -> bool:
+        """Store progress counters for a job this worker holds; returns whether it was cancelled.
+
+        Raises:
+            NotOwner: this worker does not hold the job (reaped, cancelled, finished).
+        """
+        row = self.store.fetch_one(
+            "job_report_progress",
+            {"id": job_id, "worker_id": self.id, "progress": dumps(dict(counters), "progress"), "now": None},
+        )
+        if row is None:
+            raise NotOwner(job_id, self.id)
+        if row["cancel_requested"]:
+            self._on_cancel(job_id, False)
+        return bool(row["cancel_requested"])
+
+    def is_cancelled(self, job_id: int) -> bool:
+        """Whether cancellation of a held job was requested."""
+        held = self._held.get(job_id)
+        return held is not None and held.cancel.is_set()
+
+    # -- events ----------------------------------------------------------------------
+
+    def _on_cancel(self, job_id: int, terminate: bool) -> None:
+        held = self._held.get(job_id)
+        if held is None or (held.cancel.is_set() and not terminate):
+            return
+        held.cancel.set()
+        held.terminate = held.terminate or terminate
+        if held.try_revoke():
+            log.info("job %s cancelled before it started", job_id)
+            self._finish(
+                held,
+                Outcome(
+                    JobStatus.CANCELLED,
+                    {
+                        "type": "Cancelled",
+                        "code": "CANCELLED",
+                        "class": "permanent",
+                        "message": "cancelled before it started",
+                    },
+                    max_attempts=held.request.max_attempts,
+                ),
+            )
+        elif held.terminate and self._pool is not None:
+            self._pool.terminate(held)
+        else:
+            log.info("job %s: cancellation requested; the task sees is_cancelled()", job_id)
+
+    def _on_hard_limit(self, job: HeldJob) -> None:
+        if self._pool is not None and self._pool.terminate(job):
+            return
+        from pgtasks.worker.pool import raise_in_thread
+        from pgtasks.worker.timelimits import HardTimeLimitExceeded
+
+        if job.thread_id is not None:
+            raise_in_thread(job.thread_id, HardTimeLimitExceeded)
+
+    def _on_lost(self) -> None:
+        log.error("worker %s was considered dead by the fleet (lease expired); registering again", self.id)
+        self._register()
+
+    # -- shutdown --------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        log.info("worker %s stopping (%s)", self.id, self._stop_reason)
+        call_isolated(
+            self.app.plugin_manager, "pgtasks_worker_stopping", worker_id=self.id, reason=self._stop_reason
+        )
+        if self._listener is not None:
+            self._listener.stop()
+        unstarted = [h.id for h in self._held_jobs() if h.try_revoke()]
+        self._release(unstarted, "not started")
+        finished = self._pool.stop(self.config.shutdown_timeout) if self._pool is not None else True
+        if not finished:
+            running = [h.id for h in self._held_jobs() if not h.finished]
+            log.warning(
+                "jobs %s still running after %.0fs; handing them back", running, self.config.shutdown_timeout
+            )
+            self._release(running, "still running at shutdown")
+        self._completer.stop()
+        self._watchdog.stop()
+        self._reaper.stop()
+        self._heartbeat.stop()
+        try:
+            self.store.execute("worker_unregister", {"id": self.id})
+        except DatabaseError as exc:
+            log.warning("could not unregister worker %s (%s); its lease will expire", self.id, exc)
+        self.store.close()
+        self.stopped.set()
+        log.info("worker %s stopped after %d jobs", self.id, self.processed)
+
+    def _release(self, ids: list[int], why: str) -> None:
+        if not ids:
+            return
+        try:
+            rows = self.store.fetch_all("job_release", {"ids": ids, "worker_id": self.id})
+            log.info("handed back %d job(s) (%s)", len(rows), why)
+        except DatabaseError as exc:
+            log.warning("could not hand back jobs %s (%s); they will be recovered by lease", ids, exc)
+        with self._held_lock:
+            for i in ids:
+                self._held.pop(i, None)
