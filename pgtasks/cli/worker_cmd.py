@@ -7,6 +7,8 @@ signal forced an immediate exit (running jobs are then recovered by lease).
 
 from __future__ import annotations
 
+import logging
+
 import click
 
 from pgtasks.cli.common import AppLoader
@@ -88,6 +90,9 @@ def _queues(value: str) -> tuple[str, ...]:
     show_default=True,
     help="Fail jobs of tasks this worker does not know, or defer them for one that does.",
 )
+@click.option("-l", "--loglevel", default=None,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+              help="Log level (also accepted before the command, as in Celery).")
 @click.pass_obj
 def worker_command(
     loader: AppLoader,
@@ -104,8 +109,11 @@ def worker_command(
     shutdown_timeout: float,
     tenant_fair: bool,
     unknown_tasks: str,
+    loglevel: str | None,
 ) -> None:
     """Run jobs from the given queues until stopped (SIGTERM/SIGINT: graceful)."""
+    if loglevel:
+        logging.getLogger().setLevel(loglevel.upper())
     if not loader.app_spec:
         raise click.UsageError("the worker needs the app: pgtasks -A module:app worker")
     app = loader.get()

@@ -137,24 +137,28 @@ ORDER BY queue, status;
 -- name: job_claim_batch
 -- Claim up to %(limit)s due jobs for a worker: tenants served round-robin (fair) or by strict
 -- priority; at most one job per lock key, none whose lock key is running elsewhere.
+-- Tenants are found by a skip scan of jobs_claim_idx per queue, starting at %(start_tenant)s
+-- (inclusive) and looking at most at %(max_tenants)s tenants per queue.
 -- The per-tenant sub-selects lock with SKIP LOCKED inside LATERAL; the outer UPDATE joins on
 -- the picked ids, so no LIMITed sub-select sits in a WHERE ... IN (the planner trap).
 WITH RECURSIVE tenants AS (
-    (SELECT j.queue, j.tenant, 1 AS n
-     FROM pgtasks.jobs j
-     WHERE j.status = 'queued' AND j.queue = ANY(%(queues)s::text[])
-       AND (j.queue, j.tenant) > (%(after_queue)s::text, %(after_tenant)s::text)
-     ORDER BY j.queue, j.tenant
-     LIMIT 1)
+    SELECT f.queue, f.tenant, 1 AS n
+    FROM unnest(%(queues)s::text[]) AS q(queue)
+    CROSS JOIN LATERAL (
+        SELECT j.queue, j.tenant
+        FROM pgtasks.jobs j
+        WHERE j.status = 'queued' AND j.queue = q.queue AND j.tenant >= %(start_tenant)s::text
+        ORDER BY j.tenant
+        LIMIT 1
+    ) f
     UNION ALL
     SELECT nxt.queue, nxt.tenant, t.n + 1
     FROM tenants t
     CROSS JOIN LATERAL (
         SELECT j.queue, j.tenant
         FROM pgtasks.jobs j
-        WHERE j.status = 'queued' AND j.queue = ANY(%(queues)s::text[])
-          AND (j.queue, j.tenant) > (t.queue, t.tenant)
-        ORDER BY j.queue, j.tenant
+        WHERE j.status = 'queued' AND j.queue = t.queue AND j.tenant > t.tenant
+        ORDER BY j.tenant
         LIMIT 1
     ) nxt
     WHERE t.n < %(max_tenants)s
@@ -431,3 +435,237 @@ LISTEN pgtasks_done;
 -- name: clock_now
 -- The database clock (workers never use their own).
 SELECT now() AS now;
+
+-- ======================================================================
+-- Plugin migrations (pgtasks.plugins.migrate_plugins)
+-- ======================================================================
+
+-- name: plugin_migration_applied
+-- Versions of one plugin's migrations already applied, oldest first.
+SELECT version, name, applied_at FROM pgtasks.plugin_migrations
+WHERE plugin = %(plugin)s ORDER BY version;
+
+-- name: plugin_migration_record
+-- Record one applied plugin migration.
+INSERT INTO pgtasks.plugin_migrations (plugin, version, name) VALUES (%(plugin)s, %(version)s, %(name)s);
+
+-- ======================================================================
+-- Schedules and their runs (pgtasks.scheduler)
+-- A run of a schedule is a job row with trigger, schedule_name, scheduled_for,
+-- parent_id and correlation_id set. Fire times are computed in Python by
+-- pgtasks.cron; the database decides which process creates each run.
+-- ======================================================================
+
+-- name: schedule_get
+-- One schedule by name, with the status and trigger of its last run.
+SELECT s.*, r.status AS last_run_status, r.trigger AS last_run_trigger
+FROM pgtasks.schedules s
+LEFT JOIN pgtasks.jobs r ON r.id = s.last_run_id
+WHERE s.name = %(name)s;
+
+-- name: schedule_list
+-- Every schedule, by name, with the status and trigger of its last run.
+SELECT s.*, r.status AS last_run_status, r.trigger AS last_run_trigger
+FROM pgtasks.schedules s
+LEFT JOIN pgtasks.jobs r ON r.id = s.last_run_id
+ORDER BY s.name;
+
+-- name: schedule_get_for_update
+-- One schedule by name, locked for the rest of the transaction (definition changes).
+SELECT * FROM pgtasks.schedules WHERE name = %(name)s FOR UPDATE;
+
+-- name: schedule_dependency_edges
+-- Every schedule's prerequisites, to refuse dependency cycles.
+SELECT name, after FROM pgtasks.schedules WHERE cardinality(after) > 0;
+
+-- name: schedule_insert
+-- Create a schedule; returns nothing when the name is taken.
+INSERT INTO pgtasks.schedules (
+    name, task_name, cron, timezone, args, kwargs, queue, tenant, priority, lock_key, overlap,
+    misfire, catch_up_limit, max_retries, retry_policy, retry_on_worker_lost, after, paused,
+    paused_by, paused_at, source, next_fire_at, created_at, updated_at)
+VALUES (
+    %(name)s, %(task_name)s, %(cron)s, %(timezone)s, %(args)s::jsonb, %(kwargs)s::jsonb, %(queue)s,
+    %(tenant)s, %(priority)s, %(lock_key)s, %(overlap)s, %(misfire)s, %(catch_up_limit)s,
+    %(max_retries)s, %(retry_policy)s::jsonb, %(retry_on_worker_lost)s, %(after)s::text[],
+    %(paused)s, %(paused_by)s,
+    CASE WHEN %(paused)s THEN coalesce(%(now)s::timestamptz, now()) END,
+    %(source)s, %(next_fire_at)s::timestamptz,
+    coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (name) DO NOTHING
+RETURNING name;
+
+-- name: schedule_update_definition
+-- Replace a schedule's definition (API change or start-up sync of a code-defined one). Pause
+-- state and history are kept; a stale writer (next fire time moved meanwhile) changes nothing.
+UPDATE pgtasks.schedules
+SET task_name = %(task_name)s, cron = %(cron)s, timezone = %(timezone)s, args = %(args)s::jsonb,
+    kwargs = %(kwargs)s::jsonb, queue = %(queue)s, tenant = %(tenant)s, priority = %(priority)s,
+    lock_key = %(lock_key)s, overlap = %(overlap)s, misfire = %(misfire)s,
+    catch_up_limit = %(catch_up_limit)s, max_retries = %(max_retries)s,
+    retry_policy = %(retry_policy)s::jsonb, retry_on_worker_lost = %(retry_on_worker_lost)s,
+    after = %(after)s::text[], source = %(source)s, next_fire_at = %(next_fire_at)s::timestamptz,
+    invalid_reason = NULL, updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s AND next_fire_at IS NOT DISTINCT FROM %(expected_next_fire_at)s::timestamptz
+RETURNING name;
+
+-- name: schedule_pause
+-- Pause a schedule (no new runs of any trigger); returns nothing when it was already paused.
+UPDATE pgtasks.schedules
+SET paused = true, paused_by = %(paused_by)s, paused_at = coalesce(%(now)s::timestamptz, now()),
+    updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s AND NOT paused
+RETURNING name;
+
+-- name: schedule_resume
+-- Resume a paused schedule from its next fire time after now (ticks missed while paused are
+-- not misfires); returns nothing when it was not paused.
+UPDATE pgtasks.schedules
+SET paused = false, paused_by = NULL, paused_at = NULL,
+    next_fire_at = %(next_fire_at)s::timestamptz, updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s AND paused
+RETURNING name;
+
+-- name: schedule_delete
+-- Delete a schedule (its runs stay in the jobs table as history).
+DELETE FROM pgtasks.schedules WHERE name = %(name)s RETURNING name;
+
+-- name: schedule_claim_due
+-- Lock one schedule that is due (or has no next fire time yet) for this transaction; other
+-- scheduler processes skip it and take another.
+SELECT * FROM pgtasks.schedules
+WHERE NOT paused AND invalid_reason IS NULL AND cron IS NOT NULL
+  AND (next_fire_at IS NULL OR next_fire_at <= coalesce(%(now)s::timestamptz, now()))
+  AND NOT (name = ANY(%(exclude)s::text[]))
+ORDER BY next_fire_at NULLS FIRST, name
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+
+-- name: schedule_advance
+-- Move a schedule's next fire time on, compare-and-set: only if it still holds the value this
+-- process read, so a stale scheduler changes nothing.
+UPDATE pgtasks.schedules
+SET next_fire_at = %(next_fire_at)s::timestamptz,
+    last_fire_at = coalesce(%(fired_at)s::timestamptz, last_fire_at),
+    updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s AND NOT paused
+  AND next_fire_at IS NOT DISTINCT FROM %(expected_next_fire_at)s::timestamptz
+RETURNING name;
+
+-- name: schedule_mark_invalid
+-- Stop serving a schedule whose stored definition pgtasks refuses, saying why; only the
+-- definition that was judged (same cron and time zone) is marked.
+UPDATE pgtasks.schedules
+SET invalid_reason = %(reason)s, updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s AND invalid_reason IS NULL
+  AND cron IS NOT DISTINCT FROM %(cron)s AND timezone = %(timezone)s
+RETURNING name;
+
+-- name: schedule_run_insert
+-- Create a run (trigger schedule, manual or dependency) from the schedule's row; returns
+-- nothing when the database refuses it: the schedule's unique key is held by an active run
+-- (overlap=skip) or this fire time already has its run. Records it as the last run.
+WITH ins AS (
+    INSERT INTO pgtasks.jobs (
+        task_name, queue, tenant, args, kwargs, headers, priority, attempt, max_attempts, run_at,
+        lock_key, unique_key, trigger, schedule_name, scheduled_for, parent_id, correlation_id,
+        retry_on_worker_lost)
+    SELECT s.task_name, s.queue, s.tenant, s.args, s.kwargs, %(headers)s::jsonb, s.priority, 0, 1,
+           coalesce(%(now)s::timestamptz, now()), s.lock_key,
+           CASE WHEN s.overlap = 'skip' THEN 'schedule:' || s.name END,
+           %(trigger)s, s.name, %(scheduled_for)s::timestamptz, %(parent_id)s::bigint,
+           coalesce(%(correlation_id)s::text, gen_random_uuid()::text), s.retry_on_worker_lost
+    FROM pgtasks.schedules s
+    WHERE s.name = %(name)s
+    ON CONFLICT DO NOTHING
+    RETURNING id, queue, correlation_id, created_at
+), recorded AS (
+    UPDATE pgtasks.schedules s
+    SET last_run_id = ins.id, last_run_at = ins.created_at
+    FROM ins
+    WHERE s.name = %(name)s
+    RETURNING s.name
+)
+SELECT ins.id, ins.correlation_id, pg_notify('pgtasks_jobs', ins.queue) IS NOT NULL AS notified
+FROM ins;
+
+-- name: schedule_run_retry_insert
+-- Create the retry run of a failed run: same task, arguments and keys, attempt n+1, trigger
+-- retry, linked to the failed run, due after %(delay)s seconds. Returns nothing when the
+-- schedule's unique key is held by another active run. Records it as the last run.
+WITH ins AS (
+    INSERT INTO pgtasks.jobs (
+        task_name, queue, tenant, args, kwargs, headers, priority, attempt, max_attempts, run_at,
+        lock_key, unique_key, trigger, schedule_name, scheduled_for, parent_id, correlation_id,
+        retry_on_worker_lost)
+    SELECT f.task_name, f.queue, f.tenant, f.args, f.kwargs, f.headers, f.priority,
+           greatest(f.attempt, 1), greatest(f.attempt, 1) + 1,
+           coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s::float8),
+           f.lock_key, f.unique_key, 'retry', f.schedule_name, f.scheduled_for, f.id,
+           f.correlation_id, f.retry_on_worker_lost
+    FROM pgtasks.jobs f
+    WHERE f.id = %(parent_id)s AND f.status = 'failed'
+    ON CONFLICT DO NOTHING
+    RETURNING id, queue, schedule_name, attempt + 1 AS attempt, run_at, created_at
+), recorded AS (
+    UPDATE pgtasks.schedules s
+    SET last_run_id = ins.id, last_run_at = ins.created_at
+    FROM ins
+    WHERE s.name = ins.schedule_name
+    RETURNING s.name
+)
+SELECT ins.id, ins.attempt, ins.run_at, pg_notify('pgtasks_jobs', ins.queue) IS NOT NULL AS notified
+FROM ins;
+
+-- name: schedule_fire_run
+-- The run made for one fire time of a schedule, if any.
+SELECT id FROM pgtasks.jobs
+WHERE schedule_name = %(name)s AND scheduled_for = %(scheduled_for)s::timestamptz
+  AND trigger = 'schedule';
+
+-- name: schedule_history
+-- A schedule's runs, newest first, one page (offset pagination for the CLI's --page).
+SELECT * FROM pgtasks.jobs
+WHERE schedule_name = %(name)s
+  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
+ORDER BY id DESC
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: schedule_runs_to_follow_up
+-- Finished runs whose follow-up (last outcome, retry run, dependency triggers) is not done.
+SELECT id FROM pgtasks.jobs
+WHERE schedule_name IS NOT NULL
+  AND status IN ('succeeded', 'failed', 'cancelled', 'partial_failure')
+  AND followed_up_at IS DISTINCT FROM finished_at
+ORDER BY finished_at, id
+LIMIT %(limit)s;
+
+-- name: schedule_run_lock_finished
+-- Lock one finished run that still needs its follow-up; other schedulers skip it.
+SELECT * FROM pgtasks.jobs
+WHERE id = %(id)s AND schedule_name IS NOT NULL
+  AND status IN ('succeeded', 'failed', 'cancelled', 'partial_failure')
+  AND followed_up_at IS DISTINCT FROM finished_at
+FOR UPDATE SKIP LOCKED;
+
+-- name: schedule_run_mark_followed_up
+-- Record that a finished run was followed up (for exactly the finish that was seen).
+UPDATE pgtasks.jobs
+SET followed_up_at = finished_at
+WHERE id = %(id)s AND status = %(status)s AND finished_at = %(finished_at)s::timestamptz
+RETURNING id;
+
+-- name: schedule_record_outcome
+-- Record a finished run as the schedule's last outcome unless a later-finished run already is.
+UPDATE pgtasks.schedules
+SET last_outcome = %(outcome)s, last_outcome_run_id = %(run_id)s,
+    last_outcome_at = %(finished_at)s::timestamptz
+WHERE name = %(name)s
+  AND (last_outcome_at IS NULL OR last_outcome_at <= %(finished_at)s::timestamptz)
+RETURNING name;
+
+-- name: schedule_dependents
+-- Active schedules that name this one as a prerequisite.
+SELECT name FROM pgtasks.schedules
+WHERE after @> ARRAY[%(name)s]::text[] AND NOT paused AND invalid_reason IS NULL
+ORDER BY name;

@@ -85,7 +85,8 @@ class Worker:
         self._held: dict[int, HeldJob] = {}
         self._held_lock = threading.Lock()
         self._signals = 0
-        self._cursor = ("", "")
+        self._cursor = ""
+        self._low_water = max(self.config.concurrency, self.config.capacity // 2)
         self._pool: Any = None
         self._completer = Completer(
             self.store,
@@ -216,7 +217,10 @@ class Worker:
     def _loop(self) -> None:
         while not self._stopping.is_set():
             self._wake.clear()
-            limit = self.config.capacity - len(self._held)
+            held = len(self._held)
+            # Claim when the local buffer is half empty: claims come in batches rather
+            # than one job at a time, and the pool has work while a claim is in flight.
+            limit = self.config.capacity - held if held <= self._low_water else 0
             claimed = 0
             if limit > 0:
                 try:
@@ -234,30 +238,25 @@ class Worker:
             self._wake.wait(self._idle_wait() if limit > 0 else self.config.poll_interval)
 
     def _claim(self, limit: int) -> int:
-        params = {
-            "queues": list(self.config.queues),
-            "after_queue": self._cursor[0],
-            "after_tenant": self._cursor[1],
-            "max_tenants": self.config.max_tenants_per_claim,
-            "limit": limit,
-            "now": None,
-            "fair": self.config.tenant_fair,
-            "worker_id": self.id,
-        }
+        params = {"queues": list(self.config.queues), "start_tenant": self._cursor,
+                  "max_tenants": self.config.max_tenants_per_claim, "limit": limit, "now": None,
+                  "fair": self.config.tenant_fair, "worker_id": self.id}
         try:
             rows = self.store.fetch_all("job_claim_batch", params)
         except DatabaseError as exc:
             if exc.sqlstate != "23505":  # two workers raced for one lock key: claim again
                 raise
             rows = self.store.fetch_all("job_claim_batch", params)
-        tenants = {(r["queue"], r["tenant"]) for r in rows}
+        tenants = {r["tenant"] for r in rows}
         if len(tenants) >= self.config.max_tenants_per_claim:
-            self._cursor = max(tenants)
-        elif self._cursor != ("", "") and not rows:
-            self._cursor = ("", "")
+            # Many tenants: the next claim starts after the last one served (chr(1)
+            # follows any tenant name in the byte order of the "C" collation).
+            self._cursor = max(tenants) + "\x01"
+        elif self._cursor and not rows:
+            self._cursor = ""
             return self._claim(limit)
         else:
-            self._cursor = ("", "")
+            self._cursor = ""
         for row in rows:
             self._dispatch(row)
         return len(rows)
@@ -339,7 +338,9 @@ class Worker:
             with self._held_lock:
                 self._held.pop(held.id, None)
                 self.processed += 1
-            self._wake.set()
+                low = len(self._held) <= self._low_water
+            if low:
+                self._wake.set()
             limit = self.config.max_tasks_per_child
             if limit is not None and self.config.pool == "threads" and self.processed >= limit:
                 self.request_stop("max-tasks")
