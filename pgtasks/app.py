@@ -107,10 +107,17 @@ class App:
     def migrate(self) -> list[str]:
         """Create or upgrade the ``pgtasks`` schema; idempotent and safe to run concurrently.
 
+        Then applies the migrations of plugins (``pgtasks_add_migrations`` hook),
+        e.g. the full-text index tables of ``pgtasks_index``.
+
         Returns:
-            Names (``NNNN_name``) of the migrations this call applied.
+            Names of the migrations this call applied: ``NNNN_name`` for pgtasks'
+            own, ``plugin:NNNN_name`` for plugins'.
         """
-        return [f"{m.version:04d}_{m.name}" for m in _migrate.migrate(self.store)]
+        from pgtasks.plugins import migrate_plugins
+
+        applied = [f"{m.version:04d}_{m.name}" for m in _migrate.migrate(self.store)]
+        return applied + migrate_plugins(self.store, self.plugin_manager)
 
     def close(self) -> None:
         """Close the connection pool (it reopens on next use)."""
@@ -184,13 +191,15 @@ class App:
         self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]
     ) -> dict[str, Any]:
         opts = task.options
-        queue = options.get("queue") or opts.queue
+        queue = options.get("queue")
+        if queue is None:
+            queue = opts.queue
         check_queue(queue)
         priority = options.get("priority", opts.priority)
         check_priority(priority)
         tenant = options.get("tenant", opts.tenant)
-        if not isinstance(tenant, str):
-            raise ConfigurationError(f"tenant must be a string, got {tenant!r}")
+        if not isinstance(tenant, str) or "\x00" in tenant:
+            raise ConfigurationError(f"tenant must be a string without NUL, got {tenant!r}")
         countdown = options.get("countdown")
         eta = options.get("eta")
         if countdown is not None and eta is not None:
@@ -206,7 +215,10 @@ class App:
         for label, key in (("lock", lock), ("unique_key", unique_key)):
             if key is not None and (not isinstance(key, str) or not key or "\x00" in key):
                 raise ConfigurationError(f"{label} must be a non-empty string without NUL, got {key!r}")
-        headers = dict(options.get("headers") or {})
+        headers = options.get("headers") or {}
+        if not isinstance(headers, Mapping):
+            raise ConfigurationError(f"headers must be a dict, got {type(headers).__name__}")
+        headers = dict(headers)
         if self.plugin_manager.hook.pgtasks_before_enqueue.get_hookimpls():
             resolved = {
                 "queue": queue,
@@ -353,6 +365,38 @@ class App:
             in_transaction=conn is not None,
         )
         return [AsyncResult(i, self) for i in ids]
+
+    # -- search (delegated to a plugin) ---------------------------------------------
+
+    def search(self, query: str, *, tenant: str, limit: int = 10, language: str | None = None) -> list[Any]:
+        """Full-text search in ``tenant``'s indexed documents and mails, best hits first.
+
+        The core knows nothing of indexes: this asks the ``pgtasks_search`` hook,
+        which the built-in ``pgtasks_index`` plugin implements (see docs/plugins.md).
+
+        Args:
+            query: words in web-search syntax (``"a phrase"``, ``or``, ``-word``).
+            tenant: whose entries to search.
+            limit: most hits (>= 1).
+            language: text-search configuration (e.g. ``"german"``); None for the
+                plugin's default.
+
+        Returns:
+            The plugin's hits (``pgtasks_index.SearchHit``: kind, key, title,
+            snippet, rank, match).
+
+        Raises:
+            ConfigurationError: no loaded plugin implements search, or bad arguments.
+        """
+        if not self.plugin_manager.hook.pgtasks_search.get_hookimpls():
+            raise ConfigurationError(
+                "no search plugin is loaded; install pgtasks with the built-in pgtasks_index plugin "
+                "or register one implementing pgtasks_search"
+            )
+        hits = self.plugin_manager.hook.pgtasks_search(
+            app=self, query=query, tenant=tenant, limit=limit, language=language
+        )
+        return list(hits or [])
 
     # -- jobs ----------------------------------------------------------------------
 

@@ -238,8 +238,22 @@ class Store:
 
     @contextmanager
     def transaction(self, conn: AnyConnection | None = None) -> Iterator[AnyConnection]:
-        """A transaction on a pooled connection (or a savepoint in the caller's)."""
+        """A transaction on a pooled connection, or a block inside the caller's transaction.
+
+        With the caller's ``conn`` nothing is ever committed here: inside a
+        transaction the block is a savepoint; on a non-autocommit connection whose
+        transaction has not begun yet, the statements simply open it (psycopg's
+        ``transaction()`` would commit there); only an autocommit connection outside
+        any transaction gets a transaction of its own, committed at the end.
+        """
         try:
+            if (
+                conn is not None
+                and not conn.autocommit
+                and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            ):
+                yield conn
+                return
             with self.connection(conn) as c, c.transaction():
                 yield c
         except psycopg.Error as exc:

@@ -92,11 +92,11 @@ class TaskOptions:
     retry_on_worker_lost: bool = True
 
     def __post_init__(self) -> None:
-        if not self.name or not isinstance(self.name, str):
-            raise ConfigurationError("task name must be a non-empty string")
+        if not self.name or not isinstance(self.name, str) or "\x00" in self.name:
+            raise ConfigurationError(f"task name must be a non-empty string without NUL, got {self.name!r}")
         _check_queue(self.queue)
         _check_priority(self.priority)
-        if self.max_retries is not None and (not isinstance(self.max_retries, int) or self.max_retries < 0):
+        if self.max_retries is not None and (type(self.max_retries) is not int or self.max_retries < 0):
             raise ConfigurationError(f"max_retries must be None or an int >= 0, got {self.max_retries!r}")
         for exc in self.autoretry_for:
             if not (isinstance(exc, type) and issubclass(exc, BaseException)):
@@ -104,10 +104,15 @@ class TaskOptions:
         for label in ("retry_backoff_max", "default_retry_delay"):
             _check_delay(label, getattr(self, label))
         if not isinstance(self.retry_backoff, bool):
-            _check_delay("retry_backoff", float(self.retry_backoff))
+            _check_delay("retry_backoff", self.retry_backoff)
         for label in ("time_limit", "soft_time_limit"):
             value = getattr(self, label)
-            if value is not None and (not math.isfinite(value) or value <= 0):
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
                 raise ConfigurationError(f"{label} must be a positive number of seconds, got {value!r}")
 
     @property
@@ -119,8 +124,8 @@ class TaskOptions:
 
 
 def _check_queue(queue: object) -> None:
-    if not isinstance(queue, str) or not queue:
-        raise ConfigurationError(f"queue must be a non-empty string, got {queue!r}")
+    if not isinstance(queue, str) or not queue or "\x00" in queue:
+        raise ConfigurationError(f"queue must be a non-empty string without NUL, got {queue!r}")
 
 
 def _check_priority(priority: object) -> None:
@@ -131,7 +136,13 @@ def _check_priority(priority: object) -> None:
 
 
 def _check_delay(label: str, value: float) -> None:
-    if not isinstance(value, int | float) or not math.isfinite(value) or value < 0 or value > MAX_DELAY:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or value > MAX_DELAY
+    ):
         raise ConfigurationError(f"{label} must be seconds in 0..{MAX_DELAY:.0f}, got {value!r}")
 
 
