@@ -14,6 +14,7 @@ Hierarchy::
     ├── AlreadyQueued               unique key held by an unfinished job
     ├── RunAlreadyActive            schedule already has an active run
     ├── JobNotFound                 no job with that id
+    ├── ScheduleNotFound            no schedule with that name
     ├── NotOwner                    worker does not hold the job it reports on
     ├── TaskFailed                  ``AsyncResult.get()`` of a failed job
     │   ├── TaskRevoked             ... that was cancelled
@@ -47,6 +48,7 @@ __all__ = [
     "ResultTimeout",
     "Retry",
     "RunAlreadyActive",
+    "ScheduleNotFound",
     "SerializationError",
     "SoftTimeLimitExceeded",
     "TaskFailed",
@@ -191,6 +193,14 @@ class JobNotFound(PgtasksError, LookupError):
     def __init__(self, job_id: int) -> None:
         super().__init__(f"no job with id {job_id}")
         self.job_id = job_id
+
+
+class ScheduleNotFound(PgtasksError, LookupError):
+    """No schedule has this name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no schedule named {name!r}")
+        self.name = name
 
 
 class NotOwner(PgtasksError):
