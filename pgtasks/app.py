@@ -275,7 +275,8 @@ class App:
 
     def _insert(self, params: dict[str, Any], conn: AnyConnection | None) -> int:
         for _ in range(3):
-            row = self.store.fetch_one("job_insert", params, conn=conn)
+            query = "job_insert" if params["unique_key"] is None else "job_insert_unique"
+            row = self.store.fetch_one(query, params, conn=conn)
             if row is not None:
                 job_id = int(row["id"])
                 call_isolated(

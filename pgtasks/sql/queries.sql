@@ -41,25 +41,35 @@ SELECT to_regclass('pgtasks.migrations') IS NOT NULL AS present;
 -- ======================================================================
 
 -- name: job_insert
--- Enqueue one job; returns nothing when its unique key is already held. Wakes workers on commit.
-WITH ins AS (
-    INSERT INTO pgtasks.jobs (
-        task_name, queue, tenant, args, kwargs, headers, priority, max_attempts, run_at,
-        lock_key, unique_key, trigger, schedule_name, scheduled_for, parent_id,
-        correlation_id, retry_on_worker_lost)
-    VALUES (
-        %(task_name)s, %(queue)s, %(tenant)s, %(args)s::jsonb, %(kwargs)s::jsonb,
-        %(headers)s::jsonb, %(priority)s, %(max_attempts)s,
-        coalesce(%(eta)s::timestamptz,
-                 now() + make_interval(secs => coalesce(%(countdown)s::float8, 0))),
-        %(lock_key)s, %(unique_key)s, %(trigger)s, %(schedule_name)s,
-        %(scheduled_for)s::timestamptz, %(parent_id)s::bigint, %(correlation_id)s,
-        %(retry_on_worker_lost)s)
-    ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
-    DO NOTHING
-    RETURNING id, queue
-)
-SELECT ins.id, pg_notify('pgtasks_jobs', ins.queue) IS NOT NULL AS notified FROM ins;
+-- Enqueue one job without a unique key; wakes workers of its queue on commit.
+INSERT INTO pgtasks.jobs (
+    task_name, queue, tenant, args, kwargs, headers, priority, max_attempts, run_at,
+    lock_key, trigger, schedule_name, scheduled_for, parent_id, correlation_id,
+    retry_on_worker_lost)
+VALUES (
+    %(task_name)s, %(queue)s, %(tenant)s, %(args)s::jsonb, %(kwargs)s::jsonb,
+    %(headers)s::jsonb, %(priority)s, %(max_attempts)s,
+    coalesce(%(eta)s::timestamptz, now() + make_interval(secs => coalesce(%(countdown)s::float8, 0))),
+    %(lock_key)s, %(trigger)s, %(schedule_name)s, %(scheduled_for)s::timestamptz,
+    %(parent_id)s::bigint, %(correlation_id)s, %(retry_on_worker_lost)s)
+RETURNING id, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
+
+-- name: job_insert_unique
+-- Enqueue one job with a unique key; returns nothing when an unfinished job holds the key.
+INSERT INTO pgtasks.jobs (
+    task_name, queue, tenant, args, kwargs, headers, priority, max_attempts, run_at,
+    lock_key, unique_key, trigger, schedule_name, scheduled_for, parent_id,
+    correlation_id, retry_on_worker_lost)
+VALUES (
+    %(task_name)s, %(queue)s, %(tenant)s, %(args)s::jsonb, %(kwargs)s::jsonb,
+    %(headers)s::jsonb, %(priority)s, %(max_attempts)s,
+    coalesce(%(eta)s::timestamptz, now() + make_interval(secs => coalesce(%(countdown)s::float8, 0))),
+    %(lock_key)s, %(unique_key)s, %(trigger)s, %(schedule_name)s,
+    %(scheduled_for)s::timestamptz, %(parent_id)s::bigint, %(correlation_id)s,
+    %(retry_on_worker_lost)s)
+ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
+DO NOTHING
+RETURNING id, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
 
 -- name: job_insert_many
 -- Enqueue many jobs in one statement (arrays of equal length); rows whose unique key is held are skipped.
