@@ -245,7 +245,7 @@ class WorkerFleet:
         for i, process in enumerate(self.processes):
             code = process.poll()
             if code is not None:
-                tail = (self.log_dir / f"worker-{i}.log").read_text(errors="replace")[-2000:]
+                tail = (self.log_dir / f"worker-{i}.log").read_text(errors="replace")[-600:]
                 raise BenchmarkError(f"worker {i} exited with code {code}: {tail}")
 
     def stop(self, grace: float = 10.0) -> None:
