@@ -1,0 +1,1 @@
+"""Prometheus metrics for pgtasks, as a plugin: ``pgtasks metrics`` and a scrape endpoint."""

@@ -1,0 +1,69 @@
+"""A Prometheus collector that reads queue and worker state from PostgreSQL on each scrape.
+
+Metric names follow Prometheus' naming guide (``<namespace>_<name>_<unit>``,
+``_total`` only for counters): https://prometheus.io/docs/practices/naming/
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from pgtasks.app import App
+from pgtasks.states import JobStatus
+
+__all__ = ["QueueCollector"]
+
+
+class QueueCollector(Collector):
+    """Yields, per scrape, from two queries (``queue_stats`` and ``worker_list``):
+
+    * ``pgtasks_jobs{queue, status}``: jobs per queue and status (gauge);
+    * ``pgtasks_queue_oldest_job_age_seconds{queue}``: age of the oldest due queued job;
+    * ``pgtasks_workers{state}``: registered workers that are alive, stopping or expired;
+    * ``pgtasks_worker_running_jobs{worker}``: jobs each worker holds.
+
+    Args:
+        app: the app whose database is read (a replica DSN is fine: read-only).
+    """
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[Metric]:
+        """Read the database and yield the metric families."""
+        jobs = GaugeMetricFamily("pgtasks_jobs", "Jobs per queue and status.", labels=["queue", "status"])
+        oldest = GaugeMetricFamily(
+            "pgtasks_queue_oldest_job_age_seconds",
+            "Seconds since the oldest queued job became due.",
+            labels=["queue"],
+        )
+        seen: dict[str, set[str]] = {}
+        now = dt.datetime.now(dt.UTC)
+        for row in self.app.queue_stats():
+            jobs.add_metric([row["queue"], row["status"]], float(row["jobs"]))
+            seen.setdefault(row["queue"], set()).add(row["status"])
+            if row["status"] == JobStatus.QUEUED and row["oldest_run_at"] is not None:
+                oldest.add_metric([row["queue"]], max(0.0, (now - row["oldest_run_at"]).total_seconds()))
+        for queue, statuses in seen.items():  # absent statuses are 0, not missing series
+            for status in JobStatus:
+                if status not in statuses:
+                    jobs.add_metric([queue, str(status)], 0.0)
+        yield jobs
+        yield oldest
+        workers = GaugeMetricFamily("pgtasks_workers", "Registered workers by state.", labels=["state"])
+        running = GaugeMetricFamily(
+            "pgtasks_worker_running_jobs", "Jobs held by each worker.", labels=["worker"]
+        )
+        counts = {"alive": 0, "stopping": 0, "expired": 0}
+        for w in self.app.store.fetch_all("worker_list"):
+            state = "expired" if w["expired"] else ("stopping" if w["stopping"] else "alive")
+            counts[state] += 1
+            running.add_metric([w["id"]], float(w["running"]))
+        for state, n in counts.items():
+            workers.add_metric([state], float(n))
+        yield workers
+        yield running
