@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, overload
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, overload
 
 import pluggy
 import psycopg
@@ -29,6 +30,9 @@ from pgtasks.task import (
     check_queue,
     resolve_key,
 )
+
+if TYPE_CHECKING:
+    from pgtasks.scheduler import Schedules, ScheduleSpec
 
 __all__ = ["App"]
 
@@ -184,6 +188,41 @@ class App:
             return self.tasks[name]
         except KeyError:
             raise UnknownTask(name) from None
+
+    # -- schedules -----------------------------------------------------------------
+
+    @cached_property
+    def schedules(self) -> Schedules:
+        """The app's schedules: create, change, pause, resume, trigger, history (see `Schedules`)."""
+        from pgtasks.scheduler import Schedules
+
+        return Schedules(self)
+
+    def periodic_task(self, cron: str | None, **options: Any) -> Callable[[Callable[..., Any]], Task]:
+        """Register a task and a schedule for it: ``@app.periodic_task("0 2 * * *", timezone=...)``.
+
+        Args:
+            cron: five-field cron, an ``@`` alias, or None (runs only after its
+                prerequisites, ``after=[...]``).
+            options: schedule options (``name``, ``timezone``, ``args``, ``kwargs``,
+                ``queue``, ``overlap``, ``misfire``, ``catch_up_limit``,
+                ``max_retries``, ``after``, ...) and task options; see
+                `pgtasks.scheduler.Schedules.periodic_task`.
+
+        Raises:
+            InvalidSchedule: a bad cron expression, time zone or policy (nothing is
+                registered).
+        """
+        return self.schedules.periodic_task(cron, **options)
+
+    def add_periodic_task(self, cron: str | None, task: Task | str, **options: Any) -> ScheduleSpec:
+        """Define a schedule for a registered task (Celery's name); see `Schedules.add`.
+
+        Raises:
+            InvalidSchedule: a bad cron expression, time zone or policy.
+            UnknownTask: ``task`` names no registered task.
+        """
+        return self.schedules.add(cron, task, **options)
 
     # -- enqueue -------------------------------------------------------------------
 

@@ -1,0 +1,462 @@
+"""The scheduler: a background service that turns due schedules and finished runs into runs.
+
+Any number of scheduler processes (``pgtasks scheduler``, ``pgtasks worker --beat``)
+may run against one database; none is a leader. One tick (`Scheduler.run_once`):
+
+1. **reap**: running jobs whose worker's lease expired are recovered (the worker's
+   `Reaper`); a schedule run is never retried in place, so it ends ``failed`` with
+   ``WORKER_LOST`` (class ``transient``) and step 2 applies the retry policy;
+2. **follow up** finished runs not yet followed up (their ``followed_up_at``
+   differs from ``finished_at``): record the schedule's last outcome, create the
+   retry run of a transient failure with retries left, and the dependency runs of
+   a success. Each run is followed up in one transaction that also marks it, so a
+   crash in between loses nothing and does nothing twice;
+3. **fire** due schedules: each is locked (``FOR UPDATE SKIP LOCKED``: processes
+   share the work), its runs are inserted, and its next fire time is advanced with
+   a compare-and-set, all in one transaction. The unique index on
+   ``(schedule_name, scheduled_for)`` for cron-made runs refuses a second run for
+   the same fire time even from a process whose view is stale.
+
+A schedule whose stored definition pgtasks refuses (a bad cron expression written
+straight into the table, say) is marked with ``invalid_reason`` and logged; the
+others are served as usual. A transient database error ends the tick early; the
+next tick carries on.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from pgtasks.cron import CronSchedule
+from pgtasks.errors import ConfigurationError, DatabaseError, InvalidSchedule
+from pgtasks.records import Job
+from pgtasks.scheduler.clock import Clock, DatabaseClock
+from pgtasks.scheduler.firing import plan_fires
+from pgtasks.scheduler.runs import RunEvent, emit, insert_retry_run, insert_run
+from pgtasks.states import JobStatus
+from pgtasks.store import AnyConnection
+from pgtasks.task import TaskOptions, backoff_delay
+from pgtasks.worker.services import Reaper, ReaperConfig, Service
+
+if TYPE_CHECKING:
+    from pgtasks.app import App
+
+__all__ = ["Scheduler", "SchedulerConfig", "SchedulerResult"]
+
+log = logging.getLogger("pgtasks.scheduler")
+
+
+class _Stale(Exception):
+    """Another process moved the schedule on first; roll this transaction back."""
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Scheduler settings.
+
+    Attributes:
+        interval: seconds between ticks (default 1.0). Runs are created at most
+            this late after their fire time.
+        batch: most schedules fired per tick (default 100); the rest wait one tick.
+        followup_batch: most finished runs followed up per tick (default 100).
+        reap: run the reaper in each tick (default True), so runs of vanished
+            workers are recovered even when no worker is running.
+        reaper: the reaper's settings.
+        sync: write the app's code-defined schedules at the first tick (default True).
+    """
+
+    interval: float = 1.0
+    batch: int = 100
+    followup_batch: int = 100
+    reap: bool = True
+    reaper: ReaperConfig = field(default_factory=ReaperConfig)
+    sync: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.interval, int | float) or not self.interval > 0:
+            raise ConfigurationError(f"interval must be a positive number of seconds, got {self.interval!r}")
+        for name in ("batch", "followup_batch"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
+
+
+@dataclass(slots=True)
+class SchedulerResult:
+    """Counts of one tick.
+
+    Attributes:
+        fired: runs created for fire times.
+        skipped: fire times refused because the schedule had an active run
+            (``overlap="skip"``).
+        duplicates: fire times that already had their run (made by another process).
+        missed: schedules whose misfire policy passed over older fire times.
+        initialised: schedules given their first fire time (rows written by hand).
+        stale: schedules another process moved on first (nothing written).
+        invalid: schedules newly marked invalid.
+        errors: schedules or runs left for the next tick after an error.
+        followed_up: finished runs followed up.
+        retries: retry runs created.
+        dependencies: dependency runs created.
+        reaped: running jobs of lost workers recovered.
+    """
+
+    fired: int = 0
+    skipped: int = 0
+    duplicates: int = 0
+    missed: int = 0
+    initialised: int = 0
+    stale: int = 0
+    invalid: int = 0
+    errors: int = 0
+    followed_up: int = 0
+    retries: int = 0
+    dependencies: int = 0
+    reaped: int = 0
+
+
+class Scheduler(Service):
+    """Creates the runs of an app's schedules (see the module docstring).
+
+    Args:
+        app: the `App` (its store, plugins and code-defined schedules).
+        config: settings (default `SchedulerConfig()`).
+        clock: where "now" comes from (default the database clock).
+
+    Attributes:
+        synced: whether the code-defined schedules have been written.
+    """
+
+    name = "scheduler"
+
+    def __init__(
+        self, app: App, config: SchedulerConfig | None = None, *, clock: Clock | None = None
+    ) -> None:
+        self.config = config or SchedulerConfig()
+        super().__init__(self.config.interval)
+        self.app = app
+        self.store = app.store
+        self.clock: Clock = clock or DatabaseClock()
+        self.synced = not self.config.sync
+        self._rand = random.Random()
+
+    # -- one tick ---------------------------------------------------------------------
+
+    def run_once(self, now: datetime | None = None) -> SchedulerResult:
+        """Run one tick: reap, follow up finished runs, fire due schedules.
+
+        Args:
+            now: pinned time (aware) for every decision of this tick; None uses the
+                clock (the database clock by default).
+
+        Returns:
+            The tick's counts.
+
+        Raises:
+            DatabaseError: a transient database error ended the tick early.
+        """
+        result = SchedulerResult()
+        if not self.synced:
+            self._sync(now)
+        pinned = now or self.clock.now()
+        if self.config.reap:
+            reaped = Reaper(self.store, self.config.reaper, self.app.plugin_manager, now=pinned).run_once()
+            result.reaped = reaped.requeued + reaped.failed
+        at = pinned or self._db_now()
+        self._follow_up_all(at, result)
+        self._fire_all(at, result)
+        return result
+
+    def _sync(self, now: datetime | None) -> None:
+        try:
+            done = self.app.schedules.sync(now=now)
+        except InvalidSchedule as exc:
+            log.error("code-defined schedules were not written: %s", exc)
+        else:
+            if done.created or done.updated:
+                log.info("schedules written: created %s, updated %s", list(done.created), list(done.updated))
+        self.synced = True
+
+    def _db_now(self) -> datetime:
+        row = self.store.fetch_one("clock_now")
+        assert row is not None
+        value: datetime = row["now"]
+        return value
+
+    # -- firing -----------------------------------------------------------------------
+
+    def _fire_all(self, at: datetime, result: SchedulerResult) -> None:
+        exclude: list[str] = []
+        for _ in range(self.config.batch):
+            events: list[RunEvent] = []
+            name: str | None = None
+            row: dict[str, Any] | None = None
+            try:
+                with self.store.transaction() as tx:
+                    row = self.store.fetch_one("schedule_claim_due", {"now": at, "exclude": exclude}, conn=tx)
+                    if row is None:
+                        return
+                    name = str(row["name"])
+                    self._fire_one(tx, row, at, result, events)
+            except _Stale:
+                result.stale += 1
+                exclude.append(str(name))
+                continue
+            except InvalidSchedule as exc:
+                assert row is not None
+                self._mark_invalid(row, str(exc), at, result)
+                exclude.append(str(name))
+                continue
+            except DatabaseError as exc:
+                if exc.transient or name is None:
+                    raise
+                log.error("schedule %r: database refused its tick, retrying next tick: %s", name, exc)
+                result.errors += 1
+                exclude.append(name)
+                continue
+            except Exception:
+                if name is None:
+                    raise
+                log.exception("schedule %r: unexpected error, retrying next tick", name)
+                result.errors += 1
+                exclude.append(name)
+                continue
+            emit(self.app.plugin_manager, events)
+
+    def _fire_one(
+        self,
+        tx: AnyConnection,
+        row: Mapping[str, Any],
+        at: datetime,
+        result: SchedulerResult,
+        events: list[RunEvent],
+    ) -> None:
+        """Create the due runs of one locked schedule row and advance it (raises `_Stale`)."""
+        name = str(row["name"])
+        cron = CronSchedule.parse(row["cron"], row["timezone"])
+        expected = row["next_fire_at"]
+        if expected is None:
+            self._advance(tx, name, expected=expected, next_fire=cron.next_fire(at), fired_at=None, at=at)
+            result.initialised += 1
+            return
+        plan = plan_fires(cron, expected, at, row["misfire"], row["catch_up_limit"])
+        if plan.missed:
+            result.missed += 1
+            log.warning(
+                "schedule %r missed fire times from %s; misfire=%s runs %d of them",
+                name,
+                expected.isoformat(),
+                row["misfire"],
+                len(plan.fires),
+            )
+        for fire in plan.fires:
+            made = insert_run(
+                self.store, self.app.plugin_manager, tx, row, trigger="schedule", scheduled_for=fire, now=at
+            )
+            if made.job_id is not None:
+                result.fired += 1
+                log.info("schedule %r fired for %s: run %d", name, fire.isoformat(), made.job_id)
+            elif made.duplicate:
+                result.duplicates += 1
+                continue
+            else:
+                result.skipped += 1
+                log.info(
+                    "schedule %r skipped its run for %s: run %s is still active (overlap=skip)",
+                    name,
+                    fire.isoformat(),
+                    made.active_run_id,
+                )
+            events.append(RunEvent(name, str(row["task_name"]), "schedule", made.job_id, fire))
+        last = plan.fires[-1] if plan.fires else None
+        self._advance(tx, name, expected=expected, next_fire=plan.next_fire_at, fired_at=last, at=at)
+
+    def _advance(
+        self,
+        tx: AnyConnection,
+        name: str,
+        *,
+        expected: datetime | None,
+        next_fire: datetime,
+        fired_at: datetime | None,
+        at: datetime,
+    ) -> None:
+        params = {
+            "name": name,
+            "expected_next_fire_at": expected,
+            "next_fire_at": next_fire,
+            "fired_at": fired_at,
+            "now": at,
+        }
+        if self.store.fetch_one("schedule_advance", params, conn=tx) is None:
+            raise _Stale(name)
+
+    def _mark_invalid(
+        self, row: Mapping[str, Any], reason: str, at: datetime, result: SchedulerResult
+    ) -> None:
+        params = {
+            "name": row["name"],
+            "reason": reason,
+            "cron": row["cron"],
+            "timezone": row["timezone"],
+            "now": at,
+        }
+        if self.store.fetch_one("schedule_mark_invalid", params) is not None:
+            result.invalid += 1
+            log.error("schedule %r is not served until it is changed: %s", row["name"], reason)
+
+    # -- follow-up of finished runs ---------------------------------------------------
+
+    def _follow_up_all(self, at: datetime, result: SchedulerResult) -> None:
+        ids = [
+            int(r["id"])
+            for r in self.store.fetch_all("schedule_runs_to_follow_up", {"limit": self.config.followup_batch})
+        ]
+        for run_id in ids:
+            events: list[RunEvent] = []
+            try:
+                with self.store.transaction() as tx:
+                    row = self.store.fetch_one("schedule_run_lock_finished", {"id": run_id}, conn=tx)
+                    if row is None:
+                        continue  # another process has it, or it is done
+                    self._follow_up(tx, Job.from_row(row), at, result, events)
+            except DatabaseError as exc:
+                if exc.transient:
+                    raise
+                log.error("run %d: follow-up refused by the database, retrying next tick: %s", run_id, exc)
+                result.errors += 1
+                continue
+            except Exception:
+                log.exception("run %d: follow-up failed; marking it followed up to move on", run_id)
+                result.errors += 1
+                self._force_followed_up(run_id)
+                continue
+            result.followed_up += 1
+            emit(self.app.plugin_manager, events)
+
+    def _force_followed_up(self, run_id: int) -> None:
+        job = self.app.get_job(run_id)
+        self.store.fetch_one(
+            "schedule_run_mark_followed_up",
+            {"id": run_id, "status": str(job.status), "finished_at": job.finished_at},
+        )
+
+    def _follow_up(
+        self, tx: AnyConnection, run: Job, at: datetime, result: SchedulerResult, events: list[RunEvent]
+    ) -> None:
+        name = str(run.schedule_name)
+        self.store.fetch_one(
+            "schedule_record_outcome",
+            {"name": name, "outcome": str(run.status), "run_id": run.id, "finished_at": run.finished_at},
+            conn=tx,
+        )
+        schedule = self.store.fetch_one("schedule_get_for_update", {"name": name}, conn=tx)
+        if run.status == JobStatus.FAILED and schedule is not None:
+            self._maybe_retry(tx, run, schedule=schedule, at=at, result=result, events=events)
+        if run.status == JobStatus.SUCCEEDED:
+            for dep in self.store.fetch_all("schedule_dependents", {"name": name}, conn=tx):
+                dependent = self.store.fetch_one("schedule_get_for_update", {"name": dep["name"]}, conn=tx)
+                if dependent is None or dependent["paused"] or dependent["invalid_reason"] is not None:
+                    continue
+                made = insert_run(
+                    self.store,
+                    self.app.plugin_manager,
+                    tx,
+                    dependent,
+                    trigger="dependency",
+                    parent_id=run.id,
+                    correlation_id=run.correlation_id,
+                    now=at,
+                )
+                events.append(
+                    RunEvent(dependent["name"], dependent["task_name"], "dependency", made.job_id, None)
+                )
+                if made.job_id is not None:
+                    result.dependencies += 1
+                    log.info(
+                        "run %d of %r succeeded: dependency run %d of %r",
+                        run.id,
+                        name,
+                        made.job_id,
+                        dependent["name"],
+                    )
+                else:
+                    log.info(
+                        "run %d of %r succeeded: dependent %r skipped, run %s is active (overlap=skip)",
+                        run.id,
+                        name,
+                        dependent["name"],
+                        made.active_run_id,
+                    )
+        self.store.fetch_one(
+            "schedule_run_mark_followed_up",
+            {"id": run.id, "status": str(run.status), "finished_at": run.finished_at},
+            conn=tx,
+        )
+
+    def _maybe_retry(
+        self,
+        tx: AnyConnection,
+        run: Job,
+        *,
+        schedule: Mapping[str, Any],
+        at: datetime,
+        result: SchedulerResult,
+        events: list[RunEvent],
+    ) -> None:
+        """Create the retry run of a failed run when its failure is transient and retries are left."""
+        error = run.error or {}
+        name = str(schedule["name"])
+        if error.get("class") != "transient":
+            return
+        if error.get("code") == "WORKER_LOST" and not run.retry_on_worker_lost:
+            log.warning("run %d of %r: worker lost; not retried (the task is not idempotent)", run.id, name)
+            return
+        if schedule["paused"] or schedule["invalid_reason"] is not None:
+            return
+        attempt = max(run.attempt, 1)
+        max_retries = schedule["max_retries"]
+        if max_retries is not None and attempt > max_retries:
+            log.warning("run %d of %r failed (attempt %d): no retries left", run.id, name, attempt)
+            return
+        delay = backoff_delay(
+            self._retry_options(schedule), attempt - 1, lambda hi: self._rand.uniform(0.0, hi)
+        )
+        made = insert_retry_run(self.store, tx, run.id, delay=delay, now=at)
+        events.append(RunEvent(name, run.task_name, "retry", made.job_id, run.scheduled_for))
+        if made.job_id is not None:
+            result.retries += 1
+            log.info(
+                "run %d of %r failed (%s): retry run %d, attempt %d, in %.1f s",
+                run.id,
+                name,
+                error.get("code"),
+                made.job_id,
+                attempt + 1,
+                delay,
+            )
+        else:
+            log.info("run %d of %r failed: retry skipped, another run is active (overlap=skip)", run.id, name)
+
+    @staticmethod
+    def _retry_options(schedule: Mapping[str, Any]) -> TaskOptions:
+        """The schedule's retry backoff as `TaskOptions` (defaults for a hand-written bad policy)."""
+        policy = schedule["retry_policy"] or {}
+        mapping = {
+            "retry_backoff": policy.get("backoff", False),
+            "retry_backoff_max": policy.get("backoff_max", 600.0),
+            "default_retry_delay": policy.get("delay", 180.0),
+            "retry_jitter": policy.get("jitter", True),
+        }
+        try:
+            return TaskOptions(name=str(schedule["task_name"]), **mapping)
+        except (ConfigurationError, TypeError):
+            log.warning(
+                "schedule %r has an unusable retry policy %r; using defaults", schedule["name"], policy
+            )
+            return TaskOptions(name=str(schedule["task_name"]))
