@@ -17,6 +17,7 @@ defines it at the next sync).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
     from pgtasks.task import Task
 
 __all__ = ["Schedules", "SyncResult"]
+
+log = logging.getLogger("pgtasks.scheduler")
 
 #: Options of ``periodic_task`` / ``add_periodic_task`` that belong to the schedule;
 #: every other keyword of ``periodic_task`` is a task option.
@@ -238,8 +241,15 @@ class Schedules:
             return SyncResult(tuple(created), tuple(updated), tuple(unchanged))
 
     def _ensure_synced(self) -> None:
-        if not self._synced:
+        """Sync once per process before the first database call; a refused code
+        definition is logged (an explicit `sync` raises it) so the API stays usable."""
+        if self._synced:
+            return
+        try:
             self.sync()
+        except InvalidSchedule as exc:
+            log.error("code-defined schedules were not written: %s", exc)
+            self._synced = True
 
     # -- run-time definitions ---------------------------------------------------------
 
@@ -307,7 +317,7 @@ class Schedules:
             self._check_cycles(tx, [spec])
         return self.get(name)
 
-    def change(self, name: str, *, now: datetime | None = None, **changes: Any) -> Schedule:
+    def change(self, name: str, /, *, now: datetime | None = None, **changes: Any) -> Schedule:
         """Change a stored schedule's definition; other fields keep their stored values.
 
         Args:
