@@ -2,15 +2,25 @@
 
 Plugins implement these with ``@pgtasks.hookimpl`` on a module or object and are
 found through the ``pgtasks`` entry-point group, ``--plugin module.path`` on the
-CLI, or ``app.plugin_manager.register(obj)``. A hook implementation whose name is
-not specified here is refused at start-up (pluggy's ``check_pending``).
+CLI, or ``app.plugin_manager.register(obj)``. Every function or method of a plugin
+whose name starts with ``pgtasks_`` is taken as a hook implementation, marked with
+``@hookimpl`` or not (pytest's habit for ``pytest_*`` names), so a misspelled hook
+name is refused with `pgtasks.errors.ConfigurationError` when the plugin is
+registered, i.e. at start-up, instead of being silently never called.
 
 Hooks are synchronous and meant to be cheap. Notification hooks (``*_succeeded``,
 ``*_failed`` and the like) are isolated: an implementation that raises is logged
 and skipped, and the job's outcome does not change. "Decide" hooks are
 ``firstresult``: the first implementation returning something other than None
 wins. The one wrapper hook, `pgtasks_execute_job`, runs inside the job's
-execution; an exception raised there counts as the task's own failure.
+execution; an exception raised there counts as the task's own failure. A slow
+implementation is not cut short (hooks run on the calling thread), but one taking
+longer than `pgtasks.plugins.SLOW_HOOK_SECONDS` is logged as a warning.
+
+Hooks that do work on request (`pgtasks_delete_item`, `pgtasks_search`,
+`pgtasks_add_migrations`) are *not* isolated: their errors reach the caller, so a
+delete job whose index removal failed fails (and is retried) instead of
+reporting success.
 
 The layout follows pytest's ``hookspec.py``: grouped by phase, typed, and
 documented argument by argument.
@@ -24,9 +34,11 @@ import pluggy
 
 if TYPE_CHECKING:
     import click
+    import psycopg
 
     from pgtasks.app import App
     from pgtasks.context import TaskContext
+    from pgtasks.plugins import PluginMigrations
 
 __all__ = ["hookimpl", "hookspec"]
 
@@ -55,8 +67,28 @@ def pgtasks_register_tasks(app: App) -> None:
 def pgtasks_add_commands(cli: click.Group) -> None:
     """Add sub-commands to the ``pgtasks`` command line.
 
+    Called when the command line looks up a command it does not know itself (and
+    for ``pgtasks --help``). A command gets the app with
+    ``click.get_current_context().obj.get()``.
+
     Args:
-        cli: the root ``click.Group``; call ``cli.add_command(...)``.
+        cli: a ``click.Group`` to add to with ``cli.add_command(...)``; its
+            commands become sub-commands of ``pgtasks``.
+    """
+
+
+@hookspec
+def pgtasks_add_migrations() -> PluginMigrations | None:
+    """Name the numbered SQL migrations the plugin ships for its own tables.
+
+    `pgtasks.App.migrate` applies them after pgtasks' own migrations, each in its
+    own transaction under the same advisory lock, and records them in
+    ``pgtasks.plugin_migrations`` per plugin. Plugin objects live in their own
+    schema (or carry the plugin's prefix).
+
+    Returns:
+        A `pgtasks.plugins.PluginMigrations` (plugin key, package, directory of
+        ``NNNN_name.sql`` files), or None.
     """
 
 
@@ -187,6 +219,58 @@ def pgtasks_worker_stopping(worker_id: str, reason: str) -> None:
     Args:
         worker_id: the worker's id.
         reason: ``"signal"``, ``"burst-done"``, ``"max-tasks"`` or ``"error"``.
+    """
+
+
+# ---------------------------------------------------------------------------
+# Documents: search and deletion (served by the built-in index and delete plugins)
+# ---------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def pgtasks_search(app: App, query: str, tenant: str, limit: int, language: str | None) -> list[Any] | None:
+    """Answer `pgtasks.App.search`; the first implementation returning a list wins.
+
+    The built-in ``pgtasks_index`` plugin implements it with PostgreSQL full-text
+    search. Not isolated: errors reach the caller.
+
+    Args:
+        app: the app searched in.
+        query: the user's query, in web-search syntax (words, ``"phrases"``,
+            ``or``, ``-word``).
+        tenant: the tenant whose entries are searched (only those).
+        limit: most hits to return (>= 1).
+        language: text-search configuration for stemming (e.g. ``"english"``),
+            or None for the plugin's default.
+
+    Returns:
+        Hits, best first (``pgtasks_index.SearchHit`` for the built-in plugin).
+    """
+
+
+@hookspec
+def pgtasks_delete_item(  # noqa: PLR0917 - pluggy passes hook arguments by name
+    app: App, tenant: str, kind: str, key: str, derived: bool, conn: psycopg.Connection[Any]
+) -> dict[str, int] | None:
+    """Remove everything a plugin holds about one document or mail.
+
+    Called by the ``pgtasks.delete`` task (built-in ``pgtasks_delete`` plugin) for
+    every implementation, all on one connection inside one transaction, so the
+    deletion is all or nothing. Must be idempotent: deleting what is not there
+    is not an error. Not isolated: an exception fails the delete job (which is
+    then retried by its policy) and rolls back every implementation's part.
+
+    Args:
+        app: the app.
+        tenant: the item's tenant.
+        kind: ``"document"`` or ``"mail"`` (or an application's own kind).
+        key: the item's key within its tenant and kind.
+        derived: True when the application asked to remove derived data too
+            (extracted text, thumbnails, ...); the index entry goes either way.
+        conn: the transaction's connection; run every statement on it.
+
+    Returns:
+        Counts of what was removed, e.g. ``{"index_entries": 1}``, or None.
     """
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from pgtasks.cli.common import AppLoader, configure_logging
+from pgtasks.cli.plugins_cmd import PluginCommandGroup
 from pgtasks.errors import PgtasksError
 
 __all__ = ["cli", "main"]
@@ -23,10 +24,11 @@ COMMAND_MODULES = (
     "pgtasks.cli.migrate_cmd",
     "pgtasks.cli.worker_cmd",
     "pgtasks.cli.jobs_cmd",
+    "pgtasks.cli.plugins_cmd",
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=PluginCommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "-A",
     "--app",

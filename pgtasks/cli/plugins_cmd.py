@@ -1,0 +1,101 @@
+"""``pgtasks plugins`` (what is loaded, and from where) and the command group that adds plugins' commands.
+
+Plugins add sub-commands through the ``pgtasks_add_commands`` hook. click looks a
+sub-command up before the root command's callback runs, so `PluginCommandGroup`
+builds the app from the root options it already parsed (``-A``, ``--dsn``,
+``--plugin``) when asked for a name it does not know, and asks the app's plugins.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from pgtasks.cli.common import AppLoader, fail
+from pgtasks.errors import PgtasksError
+from pgtasks.plugins import available_entry_points, describe_plugins
+
+__all__ = ["PluginCommandGroup", "plugin_commands", "register"]
+
+_META_KEY = "pgtasks.plugin_commands"
+
+
+def plugin_commands(ctx: click.Context) -> dict[str, click.Command]:
+    """The commands the app's plugins add (cached on the context), by name.
+
+    Raises:
+        PgtasksError: the app or a plugin cannot be loaded.
+    """
+    root = ctx.find_root()
+    cached: dict[str, click.Command] | None = root.meta.get(_META_KEY)
+    if cached is not None:
+        return cached
+    params = root.params
+    loader = AppLoader(
+        app_spec=params.get("app_spec"), dsn=params.get("dsn"), plugins=tuple(params.get("plugins") or ())
+    )
+    scratch = click.Group("plugins")
+    loader.get().plugin_manager.hook.pgtasks_add_commands.call_historic(kwargs={"cli": scratch})
+    root.meta[_META_KEY] = dict(scratch.commands)
+    return root.meta[_META_KEY]  # type: ignore[no-any-return]
+
+
+class PluginCommandGroup(click.Group):
+    """A click group whose unknown sub-commands are looked up in the app's plugins."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """A built-in command, else one a plugin adds (an app that fails to load is reported)."""
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            return command
+        try:
+            return plugin_commands(ctx).get(cmd_name)
+        except PgtasksError as exc:
+            raise click.ClickException(f"cannot look up plugin commands: {exc}") from exc
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Built-in and plugin commands, sorted (plugins that fail to load are left out here)."""
+        names = set(super().list_commands(ctx))
+        with contextlib.suppress(PgtasksError):
+            names.update(plugin_commands(ctx))
+        return sorted(names)
+
+
+@click.command("plugins")
+@click.option("--hooks/--no-hooks", default=True, show_default=True, help="Show the hooks each implements.")
+@click.pass_obj
+def plugins_command(loader: AppLoader, hooks: bool) -> None:
+    """List the loaded plugins, where each comes from, and the entry points installed."""
+    try:
+        app = loader.get()
+    except PgtasksError as exc:
+        fail(exc)
+        return
+    console = Console()
+    table = Table(title=f"plugins of app {app.name!r}")
+    table.add_column("name", style="bold")
+    table.add_column("from")
+    if hooks:
+        table.add_column("hooks")
+    for info in describe_plugins(app.plugin_manager):
+        row = [info.name, info.source]
+        if hooks:
+            row.append("\n".join(info.hooks))
+        table.add_row(*row)
+    console.print(table)
+    loaded = {info.name for info in describe_plugins(app.plugin_manager)}
+    autoload = app.settings.load_entry_points
+    for ep in available_entry_points():
+        if ep.name not in loaded:
+            why = "auto-loading is off" if not autoload else "not loaded"
+            console.print(f"entry point {ep.name} = {ep.value} ({ep.dist}): {why}")
+    if not autoload:
+        console.print("entry-point auto-loading is off (PGTASKS_DISABLE_PLUGIN_AUTOLOAD)")
+
+
+def register(group: click.Group) -> None:
+    """Add ``plugins`` to the root group."""
+    group.add_command(plugins_command)
