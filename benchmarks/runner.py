@@ -2,12 +2,13 @@
 
 Order: for each repetition, each system in turn (A B C D A B C D ...), and within a
 system every figure. Each system gets a fresh template database per repetition
-(``bench_<system>_<rep>``, migrated by its driver), each figure a clone of it
-(``bench_<system>_<rep>_<figure>``); all are dropped afterwards.
+(``bench_<pid>_<system>_<rep>``, migrated by its driver; ``<pid>`` keeps concurrent
+runs apart), each figure a clone of it (``..._<figure>``); all are dropped afterwards.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -84,7 +85,7 @@ def _prepare(config: RunConfig, results: dict[str, Any]) -> dict[str, _Active]:
 
 
 def _run_system_rep(config: RunConfig, name: str, system: _Active, rep: int, entry: dict[str, Any]) -> None:
-    template = f"bench_{name}_{rep}"
+    template = f"bench_{os.getpid()}_{name}_{rep}"
     try:
         template_dsn = pg.create_database(config.dsn, template)
         setup = run_op(

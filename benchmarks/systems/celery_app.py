@@ -25,7 +25,7 @@ app.conf.update(
 )
 
 
-@app.task(name="bench")
+@app.task(name="bench")  # type: ignore[untyped-decorator]  # the peer ships no stubs
 def bench(k: str, t: float) -> None:
     """The benchmark job: ``k`` is the job kind, ``t`` the producer's enqueue time (s)."""
     run_task(k, t)

@@ -35,7 +35,7 @@ async def create() -> AsyncIterator[PgQueuer]:
     connection = await asyncpg.connect(os.environ[DSN_ENV])
     pgq = PgQueuer.from_asyncpg_connection(connection)
 
-    @pgq.entrypoint(ENTRYPOINT)
+    @pgq.entrypoint(ENTRYPOINT)  # type: ignore[untyped-decorator]  # the peer ships no stubs
     async def bench(job: Job) -> None:
         args = json.loads(job.payload or b"{}")
         run_task(args["k"], args["t"])

@@ -18,7 +18,7 @@ QUEUE = "bench"
 app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=os.environ.get(DSN_ENV, "")))
 
 
-@app.task(name="bench", queue=QUEUE)
+@app.task(name="bench", queue=QUEUE)  # type: ignore[untyped-decorator]  # the peer ships no stubs
 async def bench(k: str, t: float) -> None:
     """The benchmark job: ``k`` is the job kind, ``t`` the producer's enqueue time (s)."""
     run_task(k, t)
