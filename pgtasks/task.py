@@ -266,12 +266,17 @@ class Task:
             An `AsyncResult` for the new job.
 
         Raises:
-            ConfigurationError: unknown option names or invalid values.
+            ConfigurationError: unknown option names, invalid values, or ``args`` /
+                ``kwargs`` that are not a sequence / mapping (a str is refused).
             SerializationError: an argument cannot round-trip exactly (nothing written).
             AlreadyQueued: the unique key is held by an unfinished job.
             DatabaseError: PostgreSQL refused the write.
         """
         _check_option_names(options)
+        if args is not None and (isinstance(args, str | bytes | Mapping) or not isinstance(args, Iterable)):
+            raise ConfigurationError(f"args must be a tuple or list, got {type(args).__name__}")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise ConfigurationError(f"kwargs must be a dict, got {type(kwargs).__name__}")
         return self.app.enqueue(self, tuple(args or ()), dict(kwargs or {}), options)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:

@@ -447,6 +447,30 @@ def test_bad_task_option_raises_configuration_error(
     assert app.tasks == {}
 
 
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        ("42", None, "args must be"),
+        (42, None, "args must be"),
+        ({"a": 1}, None, "args must be"),
+        ((1,), [("lang", "de")], "kwargs must be"),
+        ((1,), "lang=de", "kwargs must be"),
+    ],
+    ids=["str-args", "int-args", "dict-args", "pairs-kwargs", "str-kwargs"],
+)
+def test_args_and_kwargs_of_the_wrong_shape_are_refused(
+    task: pgtasks.Task, conn: psycopg.Connection[Any], args: Any, kwargs: Any, match: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        task.apply_async(args, kwargs)
+    assert _count(conn) == 0
+
+
+def test_args_may_be_any_sequence(app: pgtasks.App, task: pgtasks.Task) -> None:
+    assert app.get_job(task.apply_async([1], {"lang": "de"}).id).args == [1]
+    assert app.get_job(task.apply_async(x for x in (2,)).id).args == [2]
+
+
 def test_task_name_collision_raises_configuration_error(app: pgtasks.App) -> None:
     app.task(name="same")(ocr)
     with pytest.raises(ConfigurationError, match="already registered"):
