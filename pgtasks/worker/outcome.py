@@ -23,9 +23,9 @@ from typing import Any
 from pgtasks.context import Request
 from pgtasks.errors import DatabaseError, PartialFailure, Reject, Retry, TimeLimitExceeded
 from pgtasks.states import JobStatus
-from pgtasks.task import TaskOptions, backoff_delay
+from pgtasks.task import UNLIMITED_ATTEMPTS, TaskOptions, backoff_delay
 
-__all__ = ["Outcome", "decide", "error_record"]
+__all__ = ["Outcome", "decide", "error_record", "storable_text"]
 
 _TRACEBACK_LIMIT = 16_000  # characters kept of a traceback
 
@@ -66,16 +66,25 @@ def failure_class(exc: BaseException, options: TaskOptions) -> str:
     return "permanent"
 
 
+def storable_text(text: str) -> str:
+    """``text`` with what jsonb refuses escaped: NUL as ``\\x00``, lone surrogates as ``\\udXXX``."""
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def error_record(exc: BaseException, *, code: str | None = None, klass: str = "permanent") -> dict[str, Any]:
-    """The stored form of an exception: type, message, code, class and traceback."""
+    """The stored form of an exception: type, message, code, class and traceback.
+
+    Message and traceback are made storable (`storable_text`): an exception about
+    binary data must not make its own failure unrecordable.
+    """
     text = "".join(traceback.format_exception(exc))
     return {
         "type": type(exc).__qualname__,
         "module": type(exc).__module__,
-        "message": str(exc),
+        "message": storable_text(str(exc)),
         "code": code or getattr(exc, "code", None) or type(exc).__name__.upper(),
         "class": klass,
-        "traceback": text[-_TRACEBACK_LIMIT:],
+        "traceback": storable_text(text[-_TRACEBACK_LIMIT:]),
     }
 
 
@@ -96,7 +105,12 @@ def decide(exc: BaseException, options: TaskOptions, request: Request, *, cancel
             max_attempts=max_attempts,
         )
     if isinstance(exc, PartialFailure):
-        record = {"type": "PartialFailure", "message": exc.message, "code": exc.code, "class": "permanent"}
+        record = {
+            "type": "PartialFailure",
+            "message": storable_text(exc.message),
+            "code": exc.code,
+            "class": "permanent",
+        }
         return Outcome(JobStatus.PARTIAL_FAILURE, record, max_attempts=max_attempts, result=exc.result)
     if isinstance(exc, Reject):
         return Outcome(
@@ -104,8 +118,8 @@ def decide(exc: BaseException, options: TaskOptions, request: Request, *, cancel
         )
     klass = failure_class(exc, options)
     if isinstance(exc, Retry):
-        if exc.max_retries is not None:
-            max_attempts = exc.max_retries + 1
+        if exc.max_retries is not None:  # clamped: max_attempts is a PostgreSQL integer
+            max_attempts = min(exc.max_retries + 1, UNLIMITED_ATTEMPTS)
         cause = exc.exc if exc.exc is not None else exc
         code = "RETRY" if exc.exc is None else None
         record = error_record(cause, code=code, klass="transient")

@@ -9,6 +9,7 @@ handed back, never both.
 from __future__ import annotations
 
 import ctypes
+import logging
 import queue
 import threading
 import time
@@ -20,6 +21,8 @@ from pgtasks.context import Request
 from pgtasks.task import Task
 
 __all__ = ["HeldJob", "ThreadPool", "raise_in_thread"]
+
+log = logging.getLogger("pgtasks.worker")
 
 
 @dataclass(eq=False)
@@ -109,7 +112,10 @@ class ThreadPool:
             if job is None:
                 return
             if job.try_start():
-                self._run(job)
+                try:
+                    self._run(job)
+                except Exception:  # keep the slot: one job's bookkeeping error must not shrink the pool
+                    log.exception("job %s: unexpected error after it ran", job.id)
 
     def stop(self, timeout: float) -> bool:
         """Let the threads finish their current job and exit; True if all did in time."""

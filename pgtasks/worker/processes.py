@@ -60,6 +60,7 @@ class _Slot:
         self.cancel_flag: Synchronized[int] = _CTX.Value("i", 0)
         self.current: HeldJob | None = None
         self.killed_for: str | None = None
+        self.jobs = 0  # jobs the current child has finished
         self.lock = threading.Lock()
 
     def ensure_child(self) -> None:
@@ -83,6 +84,7 @@ class _Slot:
         self.process.start()
         child_conn.close()
         self.conn = parent_conn
+        self.jobs = 0
 
     def kill(self, why: str) -> bool:
         with self.lock:
@@ -166,6 +168,12 @@ class ProcessPool:
                     raise EOFError
         except (EOFError, OSError, BrokenPipeError):
             return self._child_died(slot, held)
+        slot.jobs += 1
+        limit = self.worker.config.max_tasks_per_child
+        if limit is not None and slot.jobs >= limit:
+            # The child exits by itself after this reply: wait for it here, or the next
+            # job could be sent to a child that is already on its way out.
+            slot.close()
         if isinstance(reply, Success):
             return Success(loads_json(reply.result_json.encode()), reply.result_json, reply.runtime)
         return reply  # type: ignore[no-any-return]

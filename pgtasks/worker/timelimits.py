@@ -46,6 +46,9 @@ class TimeLimitWatchdog(Service):
         interval: seconds between checks (default 0.1).
         on_hard_limit: called for a job past its hard limit (the processes pool
             kills the child there; the threads pool raises in the thread).
+        soft_in_thread: raise the soft limit in the job's thread (the threads pool).
+            False for the processes pool, whose children raise it themselves: the
+            thread there is the parent's slot driver, which must never see it.
     """
 
     name = "time-limits"
@@ -55,10 +58,13 @@ class TimeLimitWatchdog(Service):
         jobs: Callable[[], Iterable[HeldJob]],
         interval: float = 0.1,
         on_hard_limit: Callable[[HeldJob], None] | None = None,
+        *,
+        soft_in_thread: bool = True,
     ) -> None:
         super().__init__(interval)
         self.jobs = jobs
         self.on_hard_limit = on_hard_limit
+        self.soft_in_thread = soft_in_thread
 
     def run_once(self) -> TimeLimitResult:
         """Signal every job past a limit once."""
@@ -70,7 +76,8 @@ class TimeLimitWatchdog(Service):
             elapsed = now - job.started_at
             opts = job.task.options
             if (
-                opts.soft_time_limit is not None
+                self.soft_in_thread
+                and opts.soft_time_limit is not None
                 and elapsed > opts.soft_time_limit
                 and not job.soft_limit_fired
             ):

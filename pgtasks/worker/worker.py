@@ -30,7 +30,7 @@ from typing import Any
 
 from pgtasks.app import App
 from pgtasks.context import TaskContext, request_from_row
-from pgtasks.errors import DatabaseError, NotOwner
+from pgtasks.errors import DatabaseError, NotOwner, SerializationError
 from pgtasks.plugins import call_isolated
 from pgtasks.serialization import dumps
 from pgtasks.states import JobStatus
@@ -39,7 +39,7 @@ from pgtasks.worker.attempt import Success, run_attempt
 from pgtasks.worker.completer import Completer, Completion
 from pgtasks.worker.config import WorkerConfig
 from pgtasks.worker.listener import Listener
-from pgtasks.worker.outcome import Outcome
+from pgtasks.worker.outcome import Outcome, storable_text
 from pgtasks.worker.pool import HeldJob, ThreadPool
 from pgtasks.worker.services import Heartbeat, Reaper, ReaperConfig
 from pgtasks.worker.timelimits import TimeLimitWatchdog
@@ -51,6 +51,7 @@ log = logging.getLogger("pgtasks.worker")
 EXIT_OK = 0
 EXIT_FORCED = 130
 UNKNOWN_TASK_DEFER = 60.0  # seconds a job of an unknown task waits before another try
+OUTCOME_NOT_RECORDED = "OUTCOME_NOT_RECORDED"  # error code when PostgreSQL refused an outcome
 
 
 class Worker:
@@ -108,13 +109,15 @@ class Worker:
             ReaperConfig(interval=self.config.reap_interval, lease_timeout=self.config.lease_timeout),
             app.plugin_manager,
         )
-        self._watchdog = TimeLimitWatchdog(self._held_jobs, on_hard_limit=self._on_hard_limit)
+        self._watchdog = TimeLimitWatchdog(
+            self._held_jobs, on_hard_limit=self._on_hard_limit, soft_in_thread=self.config.pool == "threads"
+        )
         self._listener: Listener | None = None
         if self.config.listen:
             self._listener = Listener(
                 self.store,
                 on_jobs=self._on_jobs_notified,
-                on_cancel=lambda job_id: self._on_cancel(job_id, False),
+                on_cancel=self._on_cancel_notified,
                 on_reconnect=self._wake.set,
             )
 
@@ -346,6 +349,33 @@ class Worker:
                 self.request_stop("max-tasks")
 
     def _write_outcome(self, held: HeldJob, outcome: Outcome) -> None:
+        """Store how an attempt ended; an outcome PostgreSQL refuses fails the job instead.
+
+        Without the fallback the job would stay ``running`` under this worker's live
+        lease (the reaper only takes jobs of dead workers) until the worker stops.
+        """
+        try:
+            self._store_outcome(held, outcome)
+        except (SerializationError, DatabaseError) as exc:
+            if outcome.error.get("code") == OUTCOME_NOT_RECORDED:
+                log.error("cannot record even the failure of job %s (%s)", held.id, exc)
+                return
+            log.error(
+                "job %s: its %s outcome cannot be stored (%s); failing it", held.id, outcome.status, exc
+            )
+            error = {
+                "type": type(exc).__name__,
+                "code": OUTCOME_NOT_RECORDED,
+                "class": "permanent",
+                "message": storable_text(
+                    f"the attempt ended {outcome.status} but that cannot be stored: {exc}"
+                ),
+            }
+            self._write_outcome(
+                held, Outcome(JobStatus.FAILED, error, max_attempts=held.request.max_attempts)
+            )
+
+    def _store_outcome(self, held: HeldJob, outcome: Outcome) -> None:
         name = held.request.task_name
         error_json = dumps(outcome.error, "error")
         for attempt in range(5):
@@ -420,7 +450,9 @@ class Worker:
                     )
                 return
             except DatabaseError as exc:
-                if not exc.transient or attempt == 4:
+                if not exc.transient:
+                    raise
+                if attempt == 4:
                     log.error(
                         "cannot record outcome of job %s (%s); it will be recovered by lease", held.id, exc
                     )
@@ -489,8 +521,22 @@ class Worker:
         else:
             log.info("job %s: cancellation requested; the task sees is_cancelled()", job_id)
 
+    def _on_cancel_notified(self, job_id: int) -> None:
+        """A cancellation notification: look up whether it asks to terminate (held jobs only)."""
+        if job_id not in self._held:
+            return
+        try:
+            requests = self.store.fetch_all("job_cancel_requested", {"worker_id": self.id})
+        except DatabaseError:
+            requests = [{"id": job_id, "terminate": False}]  # the heartbeat will see the rest
+        for r in requests:
+            self._on_cancel(int(r["id"]), bool(r["terminate"]))
+
     def _on_hard_limit(self, job: HeldJob) -> None:
-        if self._pool is not None and self._pool.terminate(job):
+        if self.config.pool == "processes":
+            # Only the child may be stopped; never raise in the parent's slot thread.
+            if self._pool is None or not self._pool.terminate(job):
+                job.hard_limit_fired = False  # not in a child yet: the next tick tries again
             return
         from pgtasks.worker.pool import raise_in_thread
         from pgtasks.worker.timelimits import HardTimeLimitExceeded
