@@ -130,6 +130,16 @@ def make_app(dsn: str | None = None) -> pgtasks.App:
         ledger_start(self)
         raise Reject("input cannot be processed", code="BAD_INPUT")
 
+    @app.task(name="w.nul_error", bind=True, max_retries=0)
+    def nul_error(self: TaskContext) -> None:
+        ledger_start(self)
+        raise ValueError("bad\x00byte and a lone \ud800 surrogate")
+
+    @app.task(name="w.partial_unstorable", bind=True, max_retries=0)
+    def partial_unstorable(self: TaskContext) -> None:
+        ledger_start(self)
+        self.partial_failure("half done", result={"raw": "\x00"})
+
     @app.task(name="w.retry_later", bind=True, max_retries=2)
     def retry_later(self: TaskContext, countdown: float) -> int:
         ledger_start(self)
