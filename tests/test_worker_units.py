@@ -1,0 +1,417 @@
+"""The worker's parts, in process, on a real PostgreSQL: backoff arithmetic, the
+reaper and heartbeat with pinned time, batched completion, claim order and batch
+size, and a `Worker` run in a thread and stopped with `request_stop`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from apps.worker_app import ledger_rows, make_app, one, raise_flag, rows, setup_ledger, status
+from helpers import eventually
+
+import pgtasks
+from pgtasks.context import Request
+from pgtasks.errors import Retry
+from pgtasks.store import Store
+from pgtasks.task import MAX_DELAY, UNLIMITED_ATTEMPTS, TaskOptions, backoff_delay
+from pgtasks.worker import Worker, WorkerConfig
+from pgtasks.worker.completer import Completer, Completion
+from pgtasks.worker.outcome import decide
+from pgtasks.worker.services import Heartbeat, Reaper, ReaperConfig
+
+SECOND = dt.timedelta(seconds=1)
+
+
+def upper(hi: float) -> float:
+    """Deterministic "jitter": always the upper bound."""
+    return hi
+
+
+# -- backoff ---------------------------------------------------------------------------------
+
+
+def test_backoff_without_exponent_is_the_default_delay() -> None:
+    opts = TaskOptions(name="t", default_retry_delay=7.5)
+    assert [backoff_delay(opts, n, upper) for n in (0, 1, 50)] == [7.5, 7.5, 7.5]
+
+
+def test_backoff_doubles_from_its_factor_and_stops_at_the_cap() -> None:
+    opts = TaskOptions(name="t", retry_backoff=True, retry_backoff_max=60, retry_jitter=False)
+    assert [backoff_delay(opts, n, upper) for n in range(8)] == [1, 2, 4, 8, 16, 32, 60, 60]
+    opts = TaskOptions(name="t", retry_backoff=2.5, retry_backoff_max=600, retry_jitter=False)
+    assert [backoff_delay(opts, n, upper) for n in range(4)] == [2.5, 5, 10, 20]
+
+
+def test_backoff_jitter_draws_below_the_exponential_delay() -> None:
+    opts = TaskOptions(name="t", retry_backoff=True, retry_backoff_max=100)
+    asked: list[float] = []
+
+    def rand(hi: float) -> float:
+        asked.append(hi)
+        return hi / 4
+
+    assert [backoff_delay(opts, n, rand) for n in range(3)] == [0.25, 0.5, 1.0]
+    assert asked == [1.0, 2.0, 4.0]
+    assert backoff_delay(opts, 3, lambda hi: 0.0) == 0.0
+    # A jitter source that overshoots is clamped to the cap, never above.
+    assert backoff_delay(opts, 20, lambda hi: hi * 10) == 100
+
+
+@pytest.mark.parametrize("retries", [-5, 1022, 1023, 1024, 1025, 10**6, 10**18])
+def test_backoff_never_overflows(retries: int) -> None:
+    capped = TaskOptions(name="t", retry_backoff=True, retry_jitter=False)
+    widest = TaskOptions(name="t", retry_backoff=True, retry_backoff_max=MAX_DELAY, retry_jitter=False)
+    expected = 1.0 if retries < 0 else 600.0
+    assert backoff_delay(capped, retries, upper) == expected
+    delay = backoff_delay(widest, retries, upper)
+    assert delay == (1.0 if retries < 0 else MAX_DELAY)
+    # The resulting run-at is representable in Python (and in PostgreSQL, which goes further).
+    assert dt.datetime(2000, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=delay) < dt.datetime(
+        2100, 1, 1, tzinfo=dt.UTC
+    )
+
+
+def test_retry_with_huge_max_retries_is_clamped_to_the_column_range() -> None:
+    opts = TaskOptions(name="t", max_retries=0)
+    outcome = decide(
+        Retry(countdown=5, max_retries=10**12), opts, Request(id=1, task_name="t", attempt=1, max_attempts=1)
+    )
+    assert (outcome.status, outcome.delay, outcome.max_attempts) == ("queued", 5.0, UNLIMITED_ATTEMPTS)
+
+
+# -- reaper and heartbeat with pinned time -------------------------------------------------------
+
+
+@pytest.fixture
+def store(dsn: str) -> Iterator[Store]:
+    """A store on the test database."""
+    s = Store(dsn, max_size=4)
+    yield s
+    s.close()
+
+
+def register(store: Store, worker_id: str, now: dt.datetime | None, lease: float = 30.0) -> None:
+    """Register a worker row at ``now``."""
+    store.fetch_one(
+        "worker_register",
+        {
+            "id": worker_id,
+            "host": "test",
+            "pid": 1,
+            "queues": ["default"],
+            "concurrency": 1,
+            "pool": "threads",
+            "lease_timeout": lease,
+            "now": now,
+        },
+    )
+
+
+def claim(store: Store, worker_id: str, now: dt.datetime | None, limit: int = 100, **extra: Any) -> list[int]:
+    """Claim due jobs for ``worker_id`` at ``now``; returns their ids in claim order."""
+    params = {
+        "queues": ["default"],
+        "start_tenant": "",
+        "max_tenants": 100,
+        "limit": limit,
+        "now": now,
+        "fair": True,
+        "worker_id": worker_id,
+        **extra,
+    }
+    return [int(r["id"]) for r in store.fetch_all("job_claim_batch", params)]
+
+
+def succeed(
+    store: Store, worker_id: str, ids: list[int], now: dt.datetime | None, conn: Any = None
+) -> list[int]:
+    """Record success of ``ids`` as ``worker_id`` would."""
+    found = store.fetch_all(
+        "job_succeed_batch",
+        {"ids": ids, "results": ['"ok"'] * len(ids), "worker_id": worker_id, "now": now},
+        conn=conn,
+    )
+    return [int(r["id"]) for r in found]
+
+
+def test_reaper_takes_only_running_jobs_of_expired_workers(
+    app: pgtasks.App, store: Store, conn: psycopg.Connection[Any]
+) -> None:
+    again = app.task(name="again")(lambda: None)
+    once = app.task(name="once", retry_on_worker_lost=False)(lambda: None)
+    done_job = again.delay().id
+    lost_job = again.delay().id
+    lost_once = once.delay().id
+    t0 = one(conn, "SELECT now()") + SECOND
+    register(store, "dead", t0)
+    assert sorted(claim(store, "dead", t0)) == sorted([done_job, lost_job, lost_once])
+    assert succeed(store, "dead", [done_job], t0 + SECOND) == [done_job]
+
+    assert Reaper(store, ReaperConfig(), now=t0 + 29 * SECOND).run_once().requeued == 0
+    assert status(conn, lost_job) == "running"  # the lease is alive
+
+    result = Reaper(store, ReaperConfig(), now=t0 + 31 * SECOND).run_once()
+    assert (result.requeued, result.failed) == (1, 1)
+    assert status(conn, lost_job) == "queued"
+    job = app.get_job(lost_job)
+    assert (job.worker_id, job.attempt, job.run_at) == (None, 1, t0 + 31 * SECOND)
+    assert [(a["attempt"], a["outcome"], a["worker_id"]) for a in job.attempts] == [(1, "lost", "dead")]
+    failed = app.get_job(lost_once)
+    assert failed.status == "failed" and failed.error is not None
+    assert failed.error["code"] == "WORKER_LOST"
+
+    # The job that finished just before is never touched.
+    finished = app.get_job(done_job)
+    assert (finished.status, finished.result, finished.attempts) == ("succeeded", "ok", [])
+    assert finished.finished_at == t0 + SECOND
+    # Nothing is reaped twice.
+    assert Reaper(store, ReaperConfig(), now=t0 + 99 * SECOND).run_once().requeued == 0
+
+
+def test_reaper_never_overwrites_a_job_finishing_at_the_same_moment(
+    app: pgtasks.App, store: Store, dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    task = app.task(name="t")(lambda: None)
+    racing = task.delay().id
+    late = task.delay().id
+    t0 = one(conn, "SELECT now()") + SECOND
+    register(store, "w", t0)
+    claim(store, "w", t0)
+    later = t0 + 100 * SECOND
+    # The worker's success write is in flight (row locked, not yet committed) as the reaper runs.
+    with psycopg.connect(dsn) as writer:
+        assert succeed(store, "w", [racing], t0 + SECOND, conn=writer) == [racing]
+        result = Reaper(store, ReaperConfig(), now=later).run_once()
+        assert (result.requeued, result.failed) == (1, 0)  # only the other job
+        writer.commit()
+    assert Reaper(store, ReaperConfig(), now=later).run_once().requeued == 0
+    job = app.get_job(racing)
+    assert (job.status, job.result, job.attempts) == ("succeeded", "ok", [])
+    # The other way round: reaped first, then the stale worker's write changes nothing.
+    assert status(conn, late) == "queued"
+    assert succeed(store, "w", [late], later) == []
+    assert status(conn, late) == "queued"
+
+
+def test_a_long_job_on_a_live_worker_is_never_reaped(
+    app: pgtasks.App, store: Store, conn: psycopg.Connection[Any]
+) -> None:
+    task = app.task(name="t")(lambda: None)
+    job = task.delay().id
+    orphan = task.delay().id
+    t0 = one(conn, "SELECT now()") + SECOND
+    register(store, "alive", t0)
+    claim(store, "alive", t0, limit=1)
+    register(store, "gone", t0)
+    claim(store, "gone", t0, limit=1)
+    conn.execute("DELETE FROM pgtasks.workers WHERE id = 'gone'")
+    # The worker heartbeats on; its job's own heartbeat stays at the claim.
+    for minutes in range(1, 60):
+        store.fetch_one(
+            "worker_heartbeat", {"id": "alive", "now": t0 + minutes * 60 * SECOND, "stopping": False}
+        )
+    result = Reaper(store, ReaperConfig(lease_timeout=30), now=t0 + 3550 * SECOND).run_once()
+    assert (result.requeued, result.failed) == (1, 0)
+    assert (status(conn, job), status(conn, orphan)) == ("running", "queued")
+    # Long-expired worker rows without jobs are forgotten.
+    register(store, "ancient", t0 - 7200 * SECOND)
+    assert Reaper(store, ReaperConfig(), now=t0).run_once().workers_forgotten == 1
+
+
+def test_heartbeat_extends_the_lease_and_passes_on_cancel_requests(
+    app: pgtasks.App, store: Store, conn: psycopg.Connection[Any]
+) -> None:
+    task = app.task(name="t")(lambda: None)
+    first, second = task.delay().id, task.delay().id
+    register(store, "hb", None, lease=30)
+    before = one(conn, "SELECT lease_expires_at FROM pgtasks.workers WHERE id = 'hb'")
+    claim(store, "hb", None)
+    cancels: list[tuple[int, bool]] = []
+    lost: list[bool] = []
+    beat = Heartbeat(
+        store, "hb", 10, lambda i, t: cancels.append((i, t)), lambda: lost.append(True), lambda: True
+    )
+    result = beat.run_once()
+    assert (result.extended, result.cancel_requested, cancels, lost) == (True, 0, [], [])
+    after, stopping = rows(conn, "SELECT lease_expires_at, stopping FROM pgtasks.workers WHERE id = 'hb'")[0]
+    assert after > before and stopping is True
+
+    assert app.cancel(first) is True
+    assert app.cancel(second, terminate=True) is True
+    assert beat.run_once().cancel_requested == 2
+    assert sorted(cancels) == sorted([(first, False), (second, True)])
+
+    conn.execute("DELETE FROM pgtasks.workers WHERE id = 'hb'")
+    assert beat.run_once().extended is False
+    assert lost == [True]
+
+
+# -- completion ---------------------------------------------------------------------------------
+
+
+def test_completer_writes_in_batches_and_reports_only_durable_results(
+    app: pgtasks.App, store: Store, dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    task = app.task(name="t")(lambda: None)
+    ids = [task.delay().id for _ in range(8)]
+    register(store, "c", None)
+    claim(store, "c", None)
+    conn.execute("UPDATE pgtasks.jobs SET worker_id = 'someone-else' WHERE id = %s", (ids[-1],))
+    batches: list[tuple[list[int], set[int], list[str]]] = []
+    all_reported = threading.Event()
+
+    def on_written(done: list[Completion], lost: set[int]) -> None:
+        # Seen from another connection at the moment of the report: already committed.
+        with psycopg.connect(dsn) as other:
+            seen = [
+                r[0]
+                for r in other.execute(
+                    "SELECT status FROM pgtasks.jobs WHERE id = ANY(%s) ORDER BY id",
+                    ([c.job_id for c in done],),
+                )
+            ]
+        batches.append(([c.job_id for c in done], lost, seen))
+        if sum(len(b[0]) + len(b[1]) for b in batches) == 8:
+            all_reported.set()
+
+    completer = Completer(store, "c", batch=3, delay=0.5, on_written=on_written)
+    completer.start()
+    try:
+        for job_id in ids:
+            completer.add(Completion(job_id, "t", f"{job_id}", job_id, 0.0))
+        assert all_reported.wait(10)
+    finally:
+        completer.stop()
+    assert [len(b[0]) + len(b[1]) for b in batches] == [3, 3, 2]
+    assert [i for b in batches for i in b[0]] == ids[:-1]
+    assert batches[-1][1] == {ids[-1]}  # not held by this worker: not written
+    assert all(s == "succeeded" for b in batches for s in b[2])
+    assert completer.written == 7
+    assert status(conn, ids[-1]) == "running"
+    assert one(conn, "SELECT count(*) FROM pgtasks.jobs WHERE result = to_jsonb(id)") == 7
+
+
+def test_completer_stop_writes_what_is_pending(
+    app: pgtasks.App, store: Store, conn: psycopg.Connection[Any]
+) -> None:
+    task = app.task(name="t")(lambda: None)
+    ids = [task.delay().id for _ in range(2)]
+    claim(store, "c", None)
+    completer = Completer(store, "c", batch=100, delay=60.0, on_written=lambda done, lost: None)
+    completer.start()
+    for job_id in ids:
+        completer.add(Completion(job_id, "t", "1", 1, 0.0))
+    completer.stop()
+    assert [status(conn, i) for i in ids] == ["succeeded", "succeeded"]
+
+
+# -- claiming -------------------------------------------------------------------------------------
+
+
+def test_claim_order_is_priority_then_run_at_then_id(
+    app: pgtasks.App, store: Store, conn: psycopg.Connection[Any]
+) -> None:
+    task = app.task(name="t")(lambda: None)
+    base = one(conn, "SELECT now()")
+    jobs = []
+    for i, (priority, offset) in enumerate([(0, 5), (5, 9), (0, 1), (5, 9), (-3, 0), (0, 1), (5, 2)]):
+        r = task.apply_async((i,), priority=priority, eta=base + offset * SECOND)
+        jobs.append((-priority, base + offset * SECOND, r.id))
+    later = base + 60 * SECOND
+    order = [i for _ in jobs for i in claim(store, "w", later, limit=1)]
+    assert order == [j[2] for j in sorted(jobs)]
+    # Not due yet: not claimed.
+    future = task.apply_async(countdown=3600).id
+    assert claim(store, "w", later) == []
+    assert status(conn, future) == "queued"
+
+
+def test_a_claim_never_takes_more_than_asked(app: pgtasks.App, store: Store) -> None:
+    task = app.task(name="t")(lambda: None)
+    task.delay_many(list(range(200)))
+    task.delay_many([(i,) for i in range(50)], tenant="other")
+    assert [len(claim(store, "w", None, limit=n)) for n in (1, 7, 33)] == [1, 7, 33]
+
+
+def test_fair_claim_serves_tenants_round_robin(app: pgtasks.App, store: Store) -> None:
+    task = app.task(name="t")(lambda: None)
+    big = {r.id for r in task.delay_many(list(range(500)), tenant="big")}
+    small = {r.id for r in task.delay_many(list(range(2)), tenant="small")}
+    tiny = {r.id for r in task.delay_many([0], tenant="tiny")}
+    first = set(claim(store, "w", None, limit=6))
+    assert small | tiny <= first
+    assert len(first & big) == 3
+    # Without fairness, strict order: the bulk tenant's older jobs first.
+    rest = set(claim(store, "w", None, limit=5, fair=False))
+    assert rest <= big
+
+
+# -- a whole worker, in process ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def tasks_app(dsn: str) -> Iterator[pgtasks.App]:
+    """The worker-test tasks on the test database, with the ledger."""
+    setup_ledger(dsn)
+    application = make_app(dsn)
+    yield application
+    application.close()
+
+
+def run_in_thread(worker: Worker) -> tuple[threading.Thread, list[int]]:
+    """Start ``worker.run()`` in a thread; the list receives its exit code."""
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(worker.run()), name="test-worker")
+    thread.start()
+    assert worker.started.wait(20)
+    return thread, codes
+
+
+def test_claims_are_sized_to_free_capacity(
+    tasks_app: pgtasks.App, dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    ids = [r.id for r in tasks_app.tasks["w.block"].delay_many([("go",)] * 10)]
+    worker = Worker(tasks_app, WorkerConfig(concurrency=2, prefetch_multiplier=2, poll_interval=0.1))
+    thread, codes = run_in_thread(worker)
+    try:
+        eventually(lambda: one(conn, "SELECT count(*) FROM public.ledger") == 2, message="two running")
+        # Two slots, two jobs held ahead: four claimed, the rest left for other workers.
+        running = one(
+            conn,
+            "SELECT count(*) FROM pgtasks.jobs WHERE status = 'running' AND worker_id = %s",
+            (worker.id,),
+        )
+        assert running == 4
+        assert one(conn, "SELECT count(*) FROM pgtasks.jobs WHERE status = 'queued'") == 6
+        raise_flag(dsn, "go")
+        eventually(lambda: all(status(conn, i) == "succeeded" for i in ids), message="all done")
+    finally:
+        worker.request_stop()
+        thread.join(30)
+    assert codes == [0]
+    assert worker.stopped.is_set()
+    assert one(conn, "SELECT count(*) FROM pgtasks.workers") == 0
+    assert all(len(ledger_rows(conn, i)) == 1 for i in ids)
+
+
+def test_request_stop_drains_and_hands_back(
+    tasks_app: pgtasks.App, dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    running = tasks_app.tasks["w.record"].apply_async((1, 1.0), priority=5).id
+    waiting = [r.id for r in tasks_app.tasks["w.record"].delay_many(list(range(3)))]
+    worker = Worker(tasks_app, concurrency=1, prefetch_multiplier=4, poll_interval=0.1)
+    thread, codes = run_in_thread(worker)
+    eventually(lambda: ledger_rows(conn, running), message="long job started")
+    worker.request_stop("test")
+    thread.join(30)
+    assert codes == [0]
+    assert status(conn, running) == "succeeded"
+    assert [
+        (status(conn, i), one(conn, "SELECT attempt FROM pgtasks.jobs WHERE id = %s", (i,))) for i in waiting
+    ] == [("queued", 0)] * 3
