@@ -172,6 +172,10 @@ def test_fuzzy_fallback_with_pg_trgm_finds_a_misspelled_name(iapp: pgtasks.App) 
     hits = pgtasks_index.search(iapp, "Bartholomeu", tenant="t")
     assert [(h.key, h.match) for h in hits] == [("m1", "trigram")]
     assert 0.0 < hits[0].rank <= 1.0
+    # Fuzzy hits only stand in for missing results; they never pad exact ones.
+    pgtasks_index.upsert(iapp, tenant="t", kind="mail", key="m2", text="Letter to Bartholomeu Dias.")
+    hits = pgtasks_index.search(iapp, "Bartholomeu", tenant="t")
+    assert [(h.key, h.match) for h in hits] == [("m2", "fulltext")]
 
 
 def test_names_found_by_exact_word_whatever_the_language(iapp: pgtasks.App) -> None:

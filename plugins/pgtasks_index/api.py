@@ -9,9 +9,11 @@ parsed with ``websearch_to_tsquery`` (words, ``"phrases"``, ``or``, ``-word``) i
 the entry language *and* in the ``simple`` configuration, so both stemmed words
 and exact words (names, other languages, Cyrillic or Greek) match, ranked with
 ``ts_rank_cd``. When that gives fewer hits than asked for, a fallback finds
-entries containing the query text as a substring, and, where pg_trgm is usable,
-entries with a similar word (``word_similarity``, for typos). That catches what
-the full-text parser cannot split into words, such as Chinese or Japanese text.
+entries containing the query text as a substring, which catches what the
+full-text parser cannot split into words, such as Chinese or Japanese text. When
+full-text search found nothing at all and pg_trgm is usable, the fallback also
+takes entries with a similar word (``word_similarity``, for typos in names);
+fuzzy hits are not used to pad good results.
 """
 
 from __future__ import annotations
@@ -258,6 +260,7 @@ def search(
             "pattern": "%" + _like_escape(needle) + "%",
             "exclude_kinds": [h.kind for h in hits],
             "exclude_keys": [h.key for h in hits],
+            "fuzzy": not hits,
             "limit": limit - len(hits),
         },
     )

@@ -104,8 +104,9 @@ ORDER BY e.indexed_at DESC, e.key
 LIMIT %(limit)s;
 
 -- name: entry_search_trigram
--- Fallback with pg_trgm: substring matches, then fuzzy ones (word_similarity above
--- pg_trgm.word_similarity_threshold, 0.6 by default), other than those already found.
+-- Fallback with pg_trgm: substring matches, then, when fuzzy is true, similar words
+-- (word_similarity at or above pg_trgm.word_similarity_threshold, 0.6 by default),
+-- other than those already found.
 SELECT e.tenant, e.kind, e.key, e.title, e.metadata, e.indexed_at,
        word_similarity(%(needle)s, e.title || ' ' || e.body)::float8 AS rank,
        CASE WHEN (e.title || ' ' || e.body) ILIKE %(pattern)s THEN 'substring' ELSE 'trigram' END AS match,
@@ -113,7 +114,8 @@ SELECT e.tenant, e.kind, e.key, e.title, e.metadata, e.indexed_at,
 FROM pgtasks_index.entries e
 WHERE e.tenant = %(tenant)s
   AND (%(kinds)s::text[] IS NULL OR e.kind = ANY (%(kinds)s::text[]))
-  AND ((e.title || ' ' || e.body) ILIKE %(pattern)s OR %(needle)s <%% (e.title || ' ' || e.body))
+  AND ((e.title || ' ' || e.body) ILIKE %(pattern)s
+       OR (%(fuzzy)s::boolean AND %(needle)s <%% (e.title || ' ' || e.body)))
   AND (e.kind, e.key) NOT IN (SELECT * FROM unnest(%(exclude_kinds)s::text[], %(exclude_keys)s::text[]))
 ORDER BY (e.title || ' ' || e.body) ILIKE %(pattern)s DESC, rank DESC, e.indexed_at DESC, e.key
 LIMIT %(limit)s;
