@@ -90,6 +90,7 @@ def _queues(value: str) -> tuple[str, ...]:
     show_default=True,
     help="Fail jobs of tasks this worker does not know, or defer them for one that does.",
 )
+@click.option("-B", "--beat", is_flag=True, help="Also run the scheduler in this process (as Celery's -B).")
 @click.option("-l", "--loglevel", default=None,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               help="Log level (also accepted before the command, as in Celery).")
@@ -109,6 +110,7 @@ def worker_command(
     shutdown_timeout: float,
     tenant_fair: bool,
     unknown_tasks: str,
+    beat: bool,
     loglevel: str | None,
 ) -> None:
     """Run jobs from the given queues until stopped (SIGTERM/SIGINT: graceful)."""
@@ -136,7 +138,14 @@ def worker_command(
         )
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
-    raise SystemExit(Worker(app, config).run())
+    worker = Worker(app, config)
+    if beat:  # the worker's own reaper already recovers lost runs
+        from pgtasks.scheduler import SchedulerConfig
+        from pgtasks.scheduler import beat as scheduler_beside
+
+        with scheduler_beside(app, SchedulerConfig(reap=False)):
+            raise SystemExit(worker.run())
+    raise SystemExit(worker.run())
 
 
 def register(group: click.Group) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pgtasks.scheduler.api import Schedules, SyncResult
 from pgtasks.scheduler.clock import Clock, DatabaseClock, SimulatedClock
 from pgtasks.scheduler.records import Run, Schedule
-from pgtasks.scheduler.service import Scheduler, SchedulerConfig, SchedulerResult
+from pgtasks.scheduler.service import Scheduler, SchedulerConfig, SchedulerResult, beat
 from pgtasks.scheduler.spec import INHERIT, MISFIRE_POLICIES, OVERLAP_POLICIES, ScheduleSpec
 
 __all__ = [
@@ -33,4 +33,5 @@ __all__ = [
     "Schedules",
     "SimulatedClock",
     "SyncResult",
+    "beat",
 ]

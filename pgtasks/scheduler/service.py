@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -46,7 +47,7 @@ from pgtasks.worker.services import Reaper, ReaperConfig, Service
 if TYPE_CHECKING:
     from pgtasks.app import App
 
-__all__ = ["Scheduler", "SchedulerConfig", "SchedulerResult"]
+__all__ = ["Scheduler", "SchedulerConfig", "SchedulerResult", "beat"]
 
 log = logging.getLogger("pgtasks.scheduler")
 
@@ -161,9 +162,9 @@ class Scheduler(Service):
             DatabaseError: a transient database error ended the tick early.
         """
         result = SchedulerResult()
-        if not self.synced:
-            self._sync(now)
         pinned = now or self.clock.now()
+        if not self.synced:
+            self._sync(pinned)
         if self.config.reap:
             reaped = Reaper(self.store, self.config.reaper, self.app.plugin_manager, now=pinned).run_once()
             result.reaped = reaped.requeued + reaped.failed
@@ -460,3 +461,23 @@ class Scheduler(Service):
                 "schedule %r has an unusable retry policy %r; using defaults", schedule["name"], policy
             )
             return TaskOptions(name=str(schedule["task_name"]))
+
+
+@contextmanager
+def beat(app: App, config: SchedulerConfig | None = None) -> Iterator[Scheduler]:
+    """Run a `Scheduler` in a background thread for the duration of the block.
+
+    What ``pgtasks worker --beat`` does around the worker: the scheduler ticks in
+    its own thread, on the app's connection pool, and stops when the block exits.
+
+    Args:
+        app: the app whose schedules to serve.
+        config: scheduler settings (default `SchedulerConfig()`).
+    """
+    scheduler = Scheduler(app, config)
+    scheduler.start()
+    log.info("scheduler (beat) started beside the worker: tick every %.2f s", scheduler.interval)
+    try:
+        yield scheduler
+    finally:
+        scheduler.stop()
