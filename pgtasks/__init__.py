@@ -20,6 +20,7 @@ from pgtasks.context import Request, TaskContext
 from pgtasks.hookspecs import hookimpl
 from pgtasks.records import Attempt, Job
 from pgtasks.result import AsyncResult
+from pgtasks.scheduler import Run, Schedule, ScheduleSpec
 from pgtasks.settings import Settings
 from pgtasks.states import JobStatus, Trigger
 from pgtasks.task import Signature, Task, TaskOptions
@@ -31,6 +32,9 @@ __all__ = [
     "Job",
     "JobStatus",
     "Request",
+    "Run",
+    "Schedule",
+    "ScheduleSpec",
     "Settings",
     "Signature",
     "Task",
