@@ -135,7 +135,8 @@ def test_concurrent_migrate_from_threads_applies_once(empty_dsn: str) -> None:
     for a in apps:
         a.close()
     assert errors == []
-    assert sorted(results, key=len) == [[]] * (n - 1) + [ALL]
+    assert len(results) == n
+    assert sorted(name for r in results for name in r) == ALL  # each applied by exactly one caller
     assert _applied_rows(empty_dsn) == [(m.version, m.name) for m in migrations()]
 
 
@@ -176,8 +177,10 @@ def test_concurrent_migrate_from_processes_applies_once(empty_dsn: str) -> None:
         outputs = [p.communicate(timeout=120) for p in procs]
     for p, (_, err) in zip(procs, outputs, strict=True):
         assert p.returncode == 0, err
-    applied = sorted((json.loads(out) for out, _ in outputs), key=len)
-    assert applied == [[]] * (n - 1) + [ALL]
+    # Each migration runs in its own locked transaction, so callers may share the work,
+    # but every migration is applied by exactly one of them.
+    applied = [name for out, _ in outputs for name in json.loads(out)]
+    assert sorted(applied) == ALL
     assert _applied_rows(empty_dsn) == [(m.version, m.name) for m in migrations()]
 
 
