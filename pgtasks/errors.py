@@ -291,7 +291,11 @@ class DatabaseError(PgtasksError):
 
 
 class ConnectionFailed(DatabaseError):
-    """Could not connect to PostgreSQL; the message names host and port."""
+    """Could not connect to PostgreSQL; the message names host and port.
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message, sqlstate=None, transient=True)
+    ``transient`` is False when the server answered and refused us (bad password,
+    unknown database or role): retrying will not help until the settings change.
+    """
+
+    def __init__(self, message: str, *, transient: bool = True) -> None:
+        super().__init__(message, sqlstate=None, transient=transient)

@@ -41,6 +41,14 @@ AnyConnection = psycopg.Connection[Any]
 
 Buffer = bytes | bytearray | memoryview
 
+# libpq messages of a server that answered and said no (settings must change first).
+_REFUSED_BY_SERVER = (
+    "authentication failed",
+    "does not exist",
+    "no pg_hba.conf entry",
+    "permission denied",
+)
+
 
 class _JsonbLoader(Loader):
     """Decode jsonb (text or binary) with orjson and pgtasks' type tags."""
@@ -138,8 +146,9 @@ class Store:
             )
         except psycopg.OperationalError as exc:
             reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            refused = any(marker in str(exc) for marker in _REFUSED_BY_SERVER)
             raise ConnectionFailed(
-                f"cannot connect to PostgreSQL at {describe_dsn(self.dsn)}: {reason}"
+                f"cannot connect to PostgreSQL at {describe_dsn(self.dsn)}: {reason}", transient=not refused
             ) from None
         configure_connection(conn)
         return conn

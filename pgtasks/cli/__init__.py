@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "pgtasks.cli.migrate_cmd",
     "pgtasks.cli.worker_cmd",
     "pgtasks.cli.jobs_cmd",
+    "pgtasks.cli.embedded_cmd",
     "pgtasks.cli.schedules_cmd",
     "pgtasks.cli.plugins_cmd",
 )
