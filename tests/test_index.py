@@ -133,6 +133,9 @@ def test_upsert_replaces_and_search_ranks_by_stem_and_title(iapp: pgtasks.App) -
     assert all(h.match == "fulltext" for h in hits)
     assert "«" in hits[0].snippet and "April" in hits[0].snippet
     assert hits[0].metadata == {"pages": 1}
+    assert pgtasks_index.find_keys(iapp, tenant="acme", kind="document", metadata={"pages": 1}) == ["a"]
+    assert pgtasks_index.find_keys(iapp, tenant="acme", kind="document", metadata={"pages": 2}) == []
+    assert pgtasks_index.find_keys(iapp, tenant="other", kind="document", metadata={}) == []
     entry = pgtasks_index.get_entry(iapp, tenant="acme", kind="document", key="a")
     assert entry is not None and "April" in entry.body and entry.language == "english"
     assert pgtasks_index.count_entries(iapp, "acme") == {"document": 2}

@@ -5,7 +5,8 @@ Loaded through the ``pgtasks`` entry point ``pgtasks_index`` (module
 own migrations (``migrations/``), which `pgtasks.App.migrate` applies; its SQL is
 in ``sql/queries.sql``.
 
-- `upsert` / `remove` / `get_entry`: write, delete and read entries of a tenant;
+- `upsert` / `remove` / `get_entry` / `find_keys`: write, delete, read and look up
+  entries of a tenant;
 - `search`: ranked hits with snippets (also `pgtasks.App.search` and
   ``pgtasks search QUERY --tenant T``);
 - the ``pgtasks.index`` task (`INDEX_TASK`) for indexing through a job;
@@ -21,6 +22,7 @@ from .api import (
     configure,
     count_entries,
     default_language,
+    find_keys,
     get_entry,
     remove,
     remove_tenant,
@@ -42,6 +44,7 @@ __all__ = [
     "configure",
     "count_entries",
     "default_language",
+    "find_keys",
     "get_entry",
     "remove",
     "remove_tenant",

@@ -37,6 +37,7 @@ __all__ = [
     "configure",
     "count_entries",
     "default_language",
+    "find_keys",
     "get_entry",
     "remove",
     "remove_tenant",
@@ -175,6 +176,28 @@ def get_entry(app: App, *, tenant: str, kind: str, key: str) -> IndexEntry | Non
         metadata=row["metadata"],
         indexed_at=row["indexed_at"],
     )
+
+
+def find_keys(
+    app: App, *, tenant: str, kind: str, metadata: Mapping[str, Any], limit: int = MAX_LIMIT
+) -> list[str]:
+    """Keys of ``tenant``'s entries of ``kind`` whose metadata contains ``metadata`` (JSON ``@>``).
+
+    Example: ``find_keys(app, tenant="t", kind="mail", metadata={"message_id": "a@b"})``
+    gives every mail with that Message-ID (several messages may share one).
+
+    Raises:
+        ConfigurationError: bad arguments or the tables do not exist.
+        SerializationError: ``metadata`` is not JSON-serialisable.
+    """
+    if not isinstance(metadata, Mapping):
+        raise ConfigurationError(f"metadata must be a dict, got {type(metadata).__name__}")
+    _check_identity(tenant, kind, "-")
+    rows = index_store(app).fetch_all(
+        "entry_find_keys",
+        {"tenant": tenant, "kind": kind, "metadata": dumps(dict(metadata), "metadata"), "limit": limit},
+    )
+    return [r["key"] for r in rows]
 
 
 def count_entries(app: App, tenant: str) -> dict[str, int]:

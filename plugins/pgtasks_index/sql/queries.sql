@@ -59,6 +59,13 @@ SELECT tenant, kind, key, title, body, language::text AS language, metadata, ind
 FROM pgtasks_index.entries
 WHERE tenant = %(tenant)s AND kind = %(kind)s AND key = %(key)s;
 
+-- name: entry_find_keys
+-- Keys of a tenant's entries of one kind whose metadata contains the given JSON object.
+SELECT key FROM pgtasks_index.entries
+WHERE tenant = %(tenant)s AND kind = %(kind)s AND metadata @> %(metadata)s::jsonb
+ORDER BY key
+LIMIT %(limit)s;
+
 -- name: entry_count
 -- Number of entries per kind for a tenant.
 SELECT kind, count(*) AS entries FROM pgtasks_index.entries
