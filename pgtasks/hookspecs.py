@@ -40,10 +40,25 @@ if TYPE_CHECKING:
     from pgtasks.context import TaskContext
     from pgtasks.plugins import PluginMigrations
 
-__all__ = ["hookimpl", "hookspec"]
+__all__ = ["ISOLATED_HOOKS", "hookimpl", "hookspec"]
 
 hookspec = pluggy.HookspecMarker("pgtasks")
 hookimpl = pluggy.HookimplMarker("pgtasks")
+
+#: Notification hooks: pgtasks calls them with `pgtasks.plugins.call_isolated`, so an
+#: implementation that raises is logged and skipped and nothing else changes.
+ISOLATED_HOOKS = frozenset(
+    {
+        "pgtasks_after_enqueue",
+        "pgtasks_job_succeeded",
+        "pgtasks_job_failed",
+        "pgtasks_job_retrying",
+        "pgtasks_job_reaped",
+        "pgtasks_worker_started",
+        "pgtasks_worker_stopping",
+        "pgtasks_schedule_fired",
+    }
+)
 
 
 # ---------------------------------------------------------------------------
