@@ -427,3 +427,27 @@ def test_slow_hooks_are_reported(caplog: pytest.LogCaptureFixture, monkeypatch: 
     with caplog.at_level(logging.WARNING, logger="pgtasks.plugins"):
         plugins.call_isolated(pm, "pgtasks_worker_stopping", worker_id="w", reason="signal")
     assert "hooks should be cheap" in caplog.text
+
+
+def test_ocr_plugin_says_how_to_install_tesseract_when_a_worker_starts_without_it(
+    dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import pgtasks_ocr.plugin
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no tesseract here
+    app = pgtasks.App("ocr-check", dsn=dsn, load_entry_points=False, plugins=[pgtasks_ocr.plugin])
+    try:
+        with caplog.at_level(logging.INFO, logger="pgtasks_ocr"):
+            worker = Worker(app, WorkerConfig(queues=("ocr",), concurrency=1, burst=True, poll_interval=0.1))
+            assert worker.run(install_signal_handlers=False) == 0
+        assert "Tesseract OCR is not installed" in caplog.text
+        assert "apt-get install -y tesseract-ocr tesseract-ocr-eng tesseract-ocr-deu" in caplog.text
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="pgtasks_ocr"):
+            worker = Worker(
+                app, WorkerConfig(queues=("index",), concurrency=1, burst=True, poll_interval=0.1)
+            )
+            assert worker.run(install_signal_handlers=False) == 0
+        assert "Tesseract" not in caplog.text  # only workers serving the ocr queue check
+    finally:
+        app.close()
