@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -89,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         command=command,
         install=not args.no_install,
     )
+    # SIGTERM unwinds like Ctrl-C, so running drivers are killed and databases dropped.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
     results = run(config)
     report.write(results, args.out, json_path)
     print(f"report: {args.out}\nnumbers: {json_path}", file=sys.stderr)

@@ -9,6 +9,7 @@ a transaction block.
 from __future__ import annotations
 
 import re
+from urllib.parse import quote, urlencode
 
 import psycopg
 from psycopg import sql
@@ -20,8 +21,26 @@ _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
 def with_dbname(dsn: str, dbname: str) -> str:
-    """``dsn`` (URL or key=value) pointing at database ``dbname`` instead."""
-    return make_conninfo(dsn, dbname=dbname)
+    """``dsn`` (URL or key=value) pointing at database ``dbname``, as a ``postgresql://`` URL.
+
+    Always a URL because asyncpg (PgQueuer's driver) accepts no key=value DSN.
+    """
+    params = conninfo_to_dict(make_conninfo(dsn, dbname=dbname))
+    user = quote(str(params.pop("user", "")), safe="")
+    password = params.pop("password", None)
+    host = str(params.pop("host", ""))
+    if host.startswith("/"):  # a Unix-socket directory goes in the query string
+        params["host"], host = host, ""
+    port = params.pop("port", None)
+    database = quote(str(params.pop("dbname")), safe="")
+    auth = (
+        f"{user}:{quote(str(password), safe='')}@" if password is not None else (f"{user}@" if user else "")
+    )
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None:
+        netloc += f":{port}"
+    query = f"?{urlencode({k: str(v) for k, v in params.items()})}" if params else ""
+    return f"postgresql://{auth}{netloc}/{database}{query}"
 
 
 def dbname_of(dsn: str) -> str:

@@ -67,6 +67,17 @@ def _ratio(a: float | int | None, b: float | int | None) -> str:
     return f"{float(a) / float(b):.2f}x"
 
 
+def _partials(results: dict[str, Any], system: str, run_key: str) -> list[dict[str, Any]]:
+    runs = results["systems"].get(system, {}).get("runs", {}).get(run_key, [])
+    return [r["result"] for r in runs if r.get("ok") and r.get("result", {}).get("partial")]
+
+
+def _done(result: dict[str, Any]) -> str:
+    if "b_done" in result:
+        return f"{result['b_done']} of {result['b_jobs']} B jobs done, {result['a_left']:,} A jobs left"
+    return f"{result.get('jobs_done', 0):,} of {result.get('jobs', 0):,} jobs done"
+
+
 def _errors(results: dict[str, Any], system: str, run_key: str) -> list[str]:
     runs = results["systems"].get(system, {}).get("runs", {}).get(run_key, [])
     return sorted({r["error"] for r in runs if not r.get("ok") and r.get("error")})
@@ -130,13 +141,21 @@ def _metric_table(
     for system in systems:
         row = summary[metric.key][system]
         span = "n/a" if row["min"] is None else f"{_fmt(row['min'])}-{_fmt(row['max'])}"
+        partial = len(_partials(results, system, metric.run))
+        runs = f"{row['n']}/{results['reps']}" + (f" ({partial} partial)" if partial else "")
         lines.append(
-            f"| {system} | {_fmt(row['median'])} | {span} | {row['n']}/{results['reps']} | "
-            f"{_ratio(row['median'], reference)} |"
+            f"| {system} | {_fmt(row['median'])} | {span} | {runs} | {_ratio(row['median'], reference)} |"
         )
     notes = [f"{s}: {e}" for s in systems for e in _errors(results, s, metric.run)]
     if notes:
         lines += ["", "n/a reasons: " + "; ".join(n.replace("|", "/")[:300] for n in notes)]
+    cut = [f"{s}: {_done(r)}" for s in systems for r in _partials(results, s, metric.run)]
+    if cut:
+        lines += [
+            "",
+            f"partial: the processing limit ({results['sizes']['process_cap']:g} s) ended the run early; "
+            "a rate covers the jobs done, a time is a lower bound (" + "; ".join(cut) + ").",
+        ]
     return [*lines, ""]
 
 

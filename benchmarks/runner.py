@@ -100,6 +100,8 @@ def _run_system_rep(config: RunConfig, name: str, system: _Active, rep: int, ent
         setup_error = f"{type(exc).__name__}: {exc}"
     else:
         setup_error = "" if setup.ok else f"setup failed: {setup.error}"
+    if setup_error:
+        _log(f"rep {rep} {name}: every figure n/a ({setup_error[:300]})")
     try:
         for run in RUNS:
             record: dict[str, Any] = {"rep": rep, "ok": False, "result": {}, "error": setup_error}

@@ -15,6 +15,8 @@ class Sizes:
     and ``latency_seconds``: the probe rate and how long it lasts. ``fairness_backlog``:
     tenant A's backlog; ``fairness_b``: tenant B's jobs. ``deep_small`` / ``deep_large``:
     due jobs in the queue; ``deep_jobs``: how many of them are processed and timed.
+    ``process_cap``: seconds of processing after which a throughput, fairness or
+    deep-queue figure is cut short and reported as partial.
     """
 
     enqueue_one: int
@@ -26,6 +28,7 @@ class Sizes:
     deep_small: int
     deep_large: int
     deep_jobs: int
+    process_cap: float
 
     def scaled(self, n: int) -> Sizes:
         """These sizes with ``enqueue_one`` set to ``n`` and every other count scaled alike.
@@ -63,16 +66,21 @@ QUICK = Sizes(
     deep_small=10_000,
     deep_large=100_000,
     deep_jobs=10_000,
+    process_cap=60.0,
 )
 
+# Scaled down from 200,000 bulk and 100,000 fairness jobs so that a full run fits in
+# under 45 minutes here: procrastinate processes 100-250 jobs/s on this machine and
+# Celery's group enqueue about 2,000 jobs/s. See benchmarks/README.md.
 FULL = Sizes(
     enqueue_one=20_000,
-    bulk=200_000,
+    bulk=100_000,
     latency_rate=50.0,
     latency_seconds=10.0,
-    fairness_backlog=100_000,
+    fairness_backlog=50_000,
     fairness_b=10,
     deep_small=10_000,
     deep_large=1_000_000,
     deep_jobs=10_000,
+    process_cap=60.0,
 )

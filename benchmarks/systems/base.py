@@ -370,13 +370,43 @@ class _Clock:
 class _Drain:
     first_at: float  # perf_counter seconds of the first sample that saw a completion
     count_at_first: int
-    last_at: float  # perf_counter seconds when the target count was reached and confirmed
+    last_at: float  # perf_counter seconds when the last counted job was done and confirmed
+    done: int  # jobs done at last_at: the target, or fewer when the deadline cut in
+    partial: bool
+
+    def rate(self) -> float:
+        """Jobs/s between the first and the last sample (NaN when nothing was timed)."""
+        elapsed = self.last_at - self.first_at
+        jobs = self.done - self.count_at_first
+        return jobs / elapsed if elapsed > 0 and jobs > 0 else float("nan")
+
+    def as_result(self) -> dict[str, Any]:
+        return {
+            "process_seconds": self.last_at - self.first_at,
+            "process_jobs_per_s": self.rate(),
+            "jobs_done": self.done,
+            "partial": self.partial,
+        }
 
 
 def _wait_processed(
-    driver: Driver, fleet: WorkerFleet, target: int, total: int, clock: _Clock, *, poll: float = 0.005
+    driver: Driver,
+    fleet: WorkerFleet,
+    target: int,
+    total: int,
+    clock: _Clock,
+    *,
+    cap: float | None = None,
+    poll: float = 0.005,
 ) -> _Drain:
-    """Wait until ``target`` jobs of ``total`` queued are done; time first to last."""
+    """Wait until ``target`` jobs of ``total`` queued are done; time first to last.
+
+    When ``cap`` seconds (from this call) or the figure's deadline pass after some
+    jobs were done, the result is *partial*: the rate over the jobs done so far, so a
+    slow system still gets a number (flagged) while a stalled one (nothing done)
+    raises :class:`BenchmarkError`.
+    """
+    cap_end = time.monotonic() + (cap if cap is not None else float("inf"))
     first_at: float | None = None
     count_at_first = 0
     while True:
@@ -387,7 +417,16 @@ def _wait_processed(
         if count >= target:
             break
         fleet.check_alive()
-        clock.check(f"processing ({count} of {target} done)")
+        progressed = first_at is not None and count > count_at_first
+        if progressed and time.monotonic() > cap_end:
+            assert first_at is not None
+            return _Drain(first_at, count_at_first, now, count, partial=True)
+        try:
+            clock.check(f"processing ({count} of {target} done)")
+        except BenchmarkError:
+            if first_at is None or not progressed:
+                raise
+            return _Drain(first_at, count_at_first, now, count, partial=True)
         time.sleep(poll)
     # The task has run; wait for the system's own bookkeeping to agree.
     while True:
@@ -398,13 +437,7 @@ def _wait_processed(
         clock.check(f"waiting for the system to record completions ({pending} pending)")
         time.sleep(0.02)
     assert first_at is not None
-    return _Drain(first_at, count_at_first, last_at)
-
-
-def _rate(drain: _Drain, target: int) -> float:
-    elapsed = drain.last_at - drain.first_at
-    done = target - drain.count_at_first
-    return done / elapsed if elapsed > 0 and done > 0 else float("nan")
+    return _Drain(first_at, count_at_first, last_at, target, partial=False)
 
 
 def figure_enqueue_one(driver: Driver, clock: _Clock, n: int) -> dict[str, Any]:
@@ -418,8 +451,11 @@ def figure_enqueue_one(driver: Driver, clock: _Clock, n: int) -> dict[str, Any]:
     return {"jobs": n, "seconds": seconds, "jobs_per_s": n / seconds}
 
 
-def figure_throughput(driver: Driver, clock: _Clock, n: int) -> dict[str, Any]:
-    """Bulk-enqueue ``n`` jobs (timed), then process them all with the workers (timed)."""
+def figure_throughput(driver: Driver, clock: _Clock, n: int, cap: float | None = None) -> dict[str, Any]:
+    """Bulk-enqueue ``n`` jobs (timed), then process them with the workers (timed).
+
+    Processing stops after ``cap`` seconds (partial result) if not done by then.
+    """
     jobs = [(NOOP, 0.0)] * n
     start = time.perf_counter()
     driver.enqueue_bulk(jobs)
@@ -428,15 +464,14 @@ def figure_throughput(driver: Driver, clock: _Clock, n: int) -> dict[str, Any]:
     fleet = driver.fleet()
     fleet.start()
     try:
-        drain = _wait_processed(driver, fleet, n, n, clock)
+        drain = _wait_processed(driver, fleet, n, n, clock, cap=cap)
     finally:
         fleet.stop()
     return {
         "jobs": n,
         "bulk_seconds": bulk_seconds,
         "bulk_jobs_per_s": n / bulk_seconds,
-        "process_seconds": drain.last_at - drain.first_at,
-        "process_jobs_per_s": _rate(drain, n),
+        **drain.as_result(),
         "rss_peak_bytes": fleet.peak_rss,
     }
 
@@ -491,11 +526,15 @@ def figure_latency(driver: Driver, clock: _Clock, rate: float, seconds: float) -
     }
 
 
-def figure_fairness(driver: Driver, clock: _Clock, backlog: int, n_b: int) -> dict[str, Any]:
+def figure_fairness(
+    driver: Driver, clock: _Clock, backlog: int, n_b: int, cap: float | None = None
+) -> dict[str, Any]:
     """Tenant A's backlog is being worked off; then B enqueues ``n_b`` jobs.
 
     ``seconds`` runs from just before B's first enqueue call to the end of B's last
-    task. ``a_left`` is how many of A's jobs were still undone at that moment.
+    task. ``a_left`` is how many of A's jobs were still undone at that moment. If B
+    is not done ``cap`` seconds after its enqueue, the result is partial and
+    ``seconds`` (the time waited) is a lower bound.
     """
     driver.fill(backlog, TENANT_A)
     clock.check("filling tenant A's backlog")
@@ -507,30 +546,39 @@ def figure_fairness(driver: Driver, clock: _Clock, backlog: int, n_b: int) -> di
             clock.check("waiting for the workers to start")
             time.sleep(0.005)
         t0 = time.time()
+        cap_end = time.monotonic() + (cap if cap is not None else float("inf"))
         for _ in range(n_b):
             driver.enqueue_one(TENANT_B, t0, TENANT_B_NAME)
+        partial = False
         while True:
             done = progress_count(driver.record_dir)
             records = [r for r in read_records(driver.record_dir) if r.kind == TENANT_B]
             if len(records) >= n_b:
                 break
             fleet.check_alive()
+            if time.monotonic() > cap_end:
+                partial = True
+                break
             clock.check(f"waiting for tenant B ({len(records)} of {n_b} done)")
             time.sleep(0.01)
     finally:
         fleet.stop()
-    finished = max(r.ended_at for r in records)
+    finished = time.time() if partial else max(r.ended_at for r in records)
     return {
         "backlog": backlog,
         "b_jobs": n_b,
+        "b_done": len(records),
         "seconds": finished - t0,
-        "a_left": max(0, backlog - (done - n_b)),
+        "a_left": max(0, backlog - (done - len(records))),
+        "partial": partial,
         "rss_peak_bytes": fleet.peak_rss,
     }
 
 
-def figure_deep(driver: Driver, clock: _Clock, depth: int, n: int) -> dict[str, Any]:
-    """With ``depth`` due jobs queued, time the processing of the first ``n``."""
+def figure_deep(
+    driver: Driver, clock: _Clock, depth: int, n: int, cap: float | None = None
+) -> dict[str, Any]:
+    """With ``depth`` due jobs queued, time the processing of the first ``n`` (cut at ``cap`` s)."""
     start = time.perf_counter()
     driver.fill(depth)
     fill_seconds = time.perf_counter() - start
@@ -538,15 +586,14 @@ def figure_deep(driver: Driver, clock: _Clock, depth: int, n: int) -> dict[str, 
     fleet = driver.fleet()
     fleet.start()
     try:
-        drain = _wait_processed(driver, fleet, n, depth, clock)
+        drain = _wait_processed(driver, fleet, n, depth, clock, cap=cap)
     finally:
         fleet.stop()
     return {
         "depth": depth,
         "jobs": n,
         "fill_seconds": fill_seconds,
-        "process_seconds": drain.last_at - drain.first_at,
-        "process_jobs_per_s": _rate(drain, n),
+        **drain.as_result(),
         "rss_peak_bytes": fleet.peak_rss,
     }
 

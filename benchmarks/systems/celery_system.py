@@ -5,23 +5,30 @@ way to send many tasks at once is a ``group`` (one producer, one connection, one
 message per task), sent here in chunks of 1,000 signatures. Workers: one
 ``celery worker`` node with the prefork pool and ``--concurrency 2`` (Celery's default
 for 2 cores), default prefetch multiplier 4, gossip/mingle/heartbeat off as the
-Celery docs advise for large fleets. Jobs live in Redis, so there is no PostgreSQL
+Celery docs advise for large fleets. Backlogs for the fairness and deep-queue figures
+are filled by copying one message that ``delay`` produced, with fresh ids, into the
+queue list through a Redis pipeline (group would take minutes per million). Jobs
+live in Redis, so there is no PostgreSQL
 table to measure, and ``pending`` cannot tell completions (none are stored): the task
 files are the only completion signal.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import uuid
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from benchmarks.systems.base import Driver, Job, Params, SystemSpec, main
+from benchmarks.systems.base import NOOP, Driver, Job, Params, SystemSpec, main
 
 CONCURRENCY = int(os.environ.get("BENCH_CELERY_CONCURRENCY", "2"))
 PREFETCH = os.environ.get("BENCH_CELERY_PREFETCH", "4")
 GROUP_CHUNK = 1_000
+FILL_CHUNK = 10_000
+QUEUE = "bench"
 
 
 class CeleryDriver(Driver):
@@ -61,6 +68,20 @@ class CeleryDriver(Driver):
 
         for start in range(0, len(jobs), GROUP_CHUNK):
             group(self.task.s(k, t) for k, t in jobs[start : start + GROUP_CHUNK]).apply_async()
+
+    def fill(self, n: int, tenant: str | None = None) -> None:
+        self.task.delay(NOOP, 0.0)
+        template = json.loads(self.redis.rpop(QUEUE))
+        pipeline = self.redis.pipeline(transaction=False)
+        for i in range(n):
+            task_id = str(uuid.uuid4())
+            template["headers"]["id"] = template["headers"]["root_id"] = task_id
+            template["properties"]["correlation_id"] = task_id
+            template["properties"]["delivery_tag"] = str(uuid.uuid4())
+            pipeline.lpush(QUEUE, json.dumps(template))
+            if (i + 1) % FILL_CHUNK == 0:
+                pipeline.execute()
+        pipeline.execute()
 
     def worker_commands(self) -> list[list[str]]:
         database = urlsplit(self.params.redis_url).path.strip("/") or "0"

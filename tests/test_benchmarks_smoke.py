@@ -1,0 +1,97 @@
+"""Smoke test of the benchmark harness: a tiny quick run, report checked figure by figure.
+
+Runs ``python -m benchmarks run --quick --systems raw --n 500`` against the test
+server and reads the Markdown report and the JSON of raw numbers it writes. Every
+figure must have a table whose row for each system holds a positive median, and every
+repetition must have produced a number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DSN = os.environ.get("PGTASKS_TEST_DSN", "")
+SYSTEMS = ("raw",)
+
+# Section titles of docs/benchmarks.md, one per figure (benchmarks/figures.py).
+FIGURE_SECTIONS = (
+    "Enqueue, one call per job (jobs/s)",
+    "Bulk enqueue (jobs/s)",
+    "Processing throughput (jobs/s)",
+    "Latency p50 (ms)",
+    "Latency p95 (ms)",
+    "Latency p99 (ms)",
+    "Fairness: tenant B behind tenant A's backlog (s)",
+    "Deep queue: throughput, shallow table (jobs/s)",
+    "Deep queue: throughput, deep table (jobs/s)",
+    "Table + index size after the shallow run (MiB)",
+    "Table + index size after the deep run (MiB)",
+    "Worker memory, peak RSS (MiB)",
+)
+
+pytestmark = pytest.mark.skipif(not DSN, reason="PGTASKS_TEST_DSN is not set")
+
+
+def _sections(markdown: str) -> dict[str, str]:
+    parts = re.split(r"^## ", markdown, flags=re.MULTILINE)
+    return {part.split("\n", 1)[0].strip(): part for part in parts[1:]}
+
+
+def _median(section: str, system: str) -> float:
+    match = re.search(rf"^\| {re.escape(system)} \| ([0-9.,]+) \|", section, flags=re.MULTILINE)
+    assert match, f"no number for {system} in:\n{section}"
+    return float(match.group(1).replace(",", ""))
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, object]]:
+    out = tmp_path_factory.mktemp("bench") / "benchmarks.md"
+    command = [
+        sys.executable, "-m", "benchmarks", "run", "--quick", "--systems", ",".join(SYSTEMS),
+        "--n", "500", "--dsn", DSN, "--out", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out.read_text(), json.loads(out.with_suffix(".json").read_text())
+
+
+def test_report_has_a_positive_median_per_figure_and_system(smoke_run: tuple[str, dict[str, object]]) -> None:
+    markdown, _ = smoke_run
+    sections = _sections(markdown)
+    for title in FIGURE_SECTIONS:
+        assert title in sections, f"missing figure {title!r}; sections: {list(sections)}"
+        for system in SYSTEMS:
+            assert _median(sections[title], system) > 0, (title, system)
+
+
+def test_every_repetition_measured_every_figure(smoke_run: tuple[str, dict[str, object]]) -> None:
+    _, results = smoke_run
+    systems = results["systems"]
+    assert isinstance(systems, dict)
+    for system in SYSTEMS:
+        entry = systems[system]
+        assert entry["status"] == "ok", entry
+        for figure, records in entry["runs"].items():
+            assert len(records) == results["reps"] == 3, figure
+            failures = [r["error"] for r in records if not r["ok"]]
+            assert not failures, (system, figure, failures)
+
+
+def test_report_names_the_command_machine_and_server_settings(
+    smoke_run: tuple[str, dict[str, object]],
+) -> None:
+    markdown, results = smoke_run
+    assert "--quick --systems raw --n 500" in markdown
+    assert "nproc:" in markdown
+    for setting in ("shared_buffers=", "synchronous_commit=", "max_connections=", "server_version="):
+        assert setting in markdown, setting
+    latency = results["systems"]["raw"]["runs"]["latency"][0]["result"]  # type: ignore[index]
+    assert latency["p50_ms"] <= latency["p95_ms"] <= latency["p99_ms"]
