@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import tempfile
 import threading
 import time
 import uuid
@@ -43,9 +45,13 @@ def admin_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     from pgtasks.embedded import embedded_dsn, stop_embedded
 
-    data_dir = tmp_path_factory.mktemp("embedded") / "pg"
+    # Outside pytest's numbered temp dirs: a concurrent pytest session prunes old
+    # ones, which would pull the data directory from under a running server.
+    base = Path(tempfile.mkdtemp(prefix="pgtasks-test-embedded-"))
+    data_dir = base / "pg"
     yield embedded_dsn(data_dir, database="postgres")
     stop_embedded(data_dir)
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -105,6 +111,14 @@ def conn(dsn: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
         yield connection
 
 
+def _is_leak(proc: psutil.Process) -> bool:
+    """A child left running, other than the embedded PostgreSQL (started once per session)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE and proc.name() != "postgres"
+    except psutil.NoSuchProcess:
+        return False
+
+
 @pytest.fixture(autouse=True)
 def no_leaks() -> Iterator[None]:
     """Fail a test that leaves threads or child processes behind."""
@@ -117,7 +131,7 @@ def no_leaks() -> Iterator[None]:
         extra_children = [
             p
             for p in psutil.Process().children(recursive=True)
-            if p.pid not in children_before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+            if p.pid not in children_before and _is_leak(p)
         ]
         if not extra_threads and not extra_children:
             return
@@ -129,3 +143,17 @@ def no_leaks() -> Iterator[None]:
     pytest.fail(
         f"leaked threads {[t.name for t in extra_threads]} / processes {[p.pid for p in extra_children]}"
     )
+
+
+# Files whose tests also run on the embedded PostgreSQL 18 in CI (``pytest -m smoke``):
+# the schema, enqueue, results, named queries and an in-process worker.
+SMOKE_FILES = frozenset(
+    {"test_migrate.py", "test_enqueue.py", "test_results.py", "test_queries.py", "test_worker_units.py"}
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the smoke files' tests with ``smoke``."""
+    for item in items:
+        if item.path.name in SMOKE_FILES:
+            item.add_marker(pytest.mark.smoke)
