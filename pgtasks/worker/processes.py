@@ -13,10 +13,13 @@ task's ``time_limit``, or ``cancelled`` when killed for a revoke.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import multiprocessing
 import multiprocessing.connection
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -196,6 +199,11 @@ class ProcessPool:
             exc: BaseException = HardTimeLimitExceeded(held.id)
         else:
             exc = WorkerLost(f"child process died with exit code {code} while running job {held.id}")
+            outcome = decide(exc, held.task.options, held.request)
+            if held.task.options.retry_on_worker_lost and held.request.attempt < held.request.max_attempts:
+                # As the reaper treats a lost worker: run again unless the task is non-idempotent.
+                return Outcome(JobStatus.QUEUED, outcome.error, max_attempts=held.request.max_attempts)
+            return outcome
         return decide(exc, held.task.options, held.request)
 
     def terminate(self, job: HeldJob) -> bool:
@@ -252,6 +260,22 @@ def _on_alarm(signum: int, frame: FrameType | None) -> None:
     raise SoftTimeLimitExceeded()
 
 
+def _die_with_parent() -> None:
+    """Have the kernel SIGKILL this child when the worker dies, even by ``kill -9``.
+
+    An orphaned child would finish its job while the fleet, seeing the worker's
+    lease expire, runs it again. Linux only (``prctl(PR_SET_PDEATHSIG)``, prctl(2));
+    the signal comes when the parent *thread* that started the child ends, which
+    for the pool is the slot's thread, alive as long as the slot.
+    """
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1  # <linux/prctl.h>
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(1)  # the parent died before the request took effect
+
+
 def _child_main(  # noqa: PLR0917 - multiprocessing passes arguments positionally
     app_spec: str,
     dsn: str,
@@ -264,12 +288,14 @@ def _child_main(  # noqa: PLR0917 - multiprocessing passes arguments positionall
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides about shutdown
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGALRM, _on_alarm)
+    _die_with_parent()
     from pgtasks.cli.common import load_app
     from pgtasks.store import Store
 
     app = load_app(app_spec)
     app.settings = replace(app.settings, dsn=dsn)
-    runtime = _ChildRuntime(Store(dsn, max_size=2), worker_id, flag)
+    store = Store(dsn, max_size=2, prepare_threshold=app.settings.prepare_threshold)
+    runtime = _ChildRuntime(store, worker_id, flag)
     done = 0
     while True:
         try:

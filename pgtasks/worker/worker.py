@@ -12,9 +12,9 @@ One `Worker` per process. Its threads:
 
 Shutdown (SIGTERM/SIGINT, `Worker.request_stop`, or the end of a burst): stop
 claiming, hand back claimed-but-unstarted jobs at once, let running jobs finish
-within ``shutdown_timeout`` (heartbeats go on), hand back what is still running,
-write pending results, unregister. A second signal exits at once (code 130);
-its running jobs are recovered by lease.
+within ``shutdown_timeout`` (heartbeats go on), write pending results,
+unregister. Jobs still running then, and those of a second signal (which exits at
+once, code 130), are recovered by lease like a lost worker's.
 """
 
 from __future__ import annotations
@@ -560,18 +560,24 @@ class Worker:
         unstarted = [h.id for h in self._held_jobs() if h.try_revoke()]
         self._release(unstarted, "not started")
         finished = self._pool.stop(self.config.shutdown_timeout) if self._pool is not None else True
-        if not finished:
-            running = [h.id for h in self._held_jobs() if not h.finished]
+        running = [] if finished else [h.id for h in self._held_jobs() if not h.finished]
+        if running:
+            # Not handed back: they did run (in a thread, possibly still), so they are
+            # recovered like a lost worker's, by lease (WORKER_LOST, retried or failed
+            # per retry_on_worker_lost), never re-run as if they had not started.
             log.warning(
-                "jobs %s still running after %.0fs; handing them back", running, self.config.shutdown_timeout
+                "jobs %s still running after %.0fs; they will be recovered by lease (%.0fs)",
+                running,
+                self.config.shutdown_timeout,
+                self.config.lease_timeout,
             )
-            self._release(running, "still running at shutdown")
         self._completer.stop()
         self._watchdog.stop()
         self._reaper.stop()
         self._heartbeat.stop()
         try:
-            self.store.execute("worker_unregister", {"id": self.id})
+            if not running:  # else the worker row stays, for its lease to expire
+                self.store.execute("worker_unregister", {"id": self.id})
         except DatabaseError as exc:
             log.warning("could not unregister worker %s (%s); its lease will expire", self.id, exc)
         self.store.close()
