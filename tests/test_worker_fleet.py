@@ -321,3 +321,77 @@ def test_burst_worker_exits_0_and_a_usage_error_exits_2(
         assert bad.wait(30) == 2
     assert all(status(conn, j) == "succeeded" for j in ids)
     assert "stopping (burst-done)" in ok.log()
+
+
+@pytest.mark.slow
+def test_jobs_still_running_at_shutdown_timeout_are_left_to_the_lease(
+    client: pgtasks.App, conn: psycopg.Connection[Any], wdsn: str, tmp_path: Path
+) -> None:
+    """After --shutdown-timeout a running job is not handed back as if it never ran: it is
+    recovered by lease, so a non-idempotent job ends failed instead of running twice."""
+    again = client.tasks["w.block"].delay("go").id
+    once = client.tasks["w.block_once"].delay("go").id
+    args = ["-c", "2", "--lease-timeout", "3", "--shutdown-timeout", "0.5", "--poll-interval", "0.2"]
+    with workers(wdsn, tmp_path, args) as (victim,):
+        victim_id = worker_id_of(conn, victim.pid)
+        eventually(
+            lambda: ledger_rows(conn, again) and ledger_rows(conn, once), timeout=20, message="both running"
+        )
+        victim.signal(signal.SIGTERM)
+        assert victim.wait(15) == 0
+        assert (status(conn, again), status(conn, once)) == ("running", "running")
+        with workers(wdsn, tmp_path, args) as (rescuer,):
+            eventually(
+                lambda: status(conn, once) == "failed", timeout=30, message="non-idempotent job failed"
+            )
+            eventually(lambda: len(ledger_rows(conn, again)) == 2, timeout=30, message="idempotent job again")
+            raise_flag(wdsn, "go")
+            eventually(lambda: status(conn, again) == "succeeded", timeout=20, message="job succeeded")
+            rescuer.signal(signal.SIGTERM)
+            assert rescuer.wait(20) == 0
+    assert len(ledger_rows(conn, once)) == 1
+    gone = client.get_job(once)
+    assert gone.error is not None and gone.error["code"] == "WORKER_LOST"
+    job = client.get_job(again)
+    first = job.history()[0]
+    assert (first.attempt, first.outcome, first.worker_id) == (1, "lost", victim_id)
+    assert job.attempt == 2
+
+
+@pytest.mark.slow
+def test_kill_9_of_a_processes_worker_takes_its_children_along(
+    client: pgtasks.App, conn: psycopg.Connection[Any], wdsn: str, tmp_path: Path
+) -> None:
+    """An orphaned child would finish the job while the lease recovery runs it again."""
+    import psutil
+
+    job = client.tasks["w.record"].delay(1, 3.0).id
+    with workers(wdsn, tmp_path, ["-P", "processes", "-c", "1"]) as (w,):
+        eventually(lambda: ledger_rows(conn, job), timeout=30, message="job started in a child")
+        child = ledger_rows(conn, job)[0][1]
+        assert child != w.pid and psutil.pid_exists(child)
+        w.signal(signal.SIGKILL)
+        w.wait(10)
+        eventually(
+            lambda: not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE,
+            timeout=2,
+            message="child gone with its parent",
+        )
+    assert ledger_rows(conn, job)[0][3] is None  # it never finished behind the fleet's back
+
+
+def test_worker_survives_losing_all_its_connections(
+    client: pgtasks.App, conn: psycopg.Connection[Any], wdsn: str, tmp_path: Path
+) -> None:
+    with workers(wdsn, tmp_path, ["-c", "2", "--poll-interval", "0.2"]) as (w,):
+        assert client.tasks["w.record"].delay(1).get(timeout=20) == 1
+        client.close()  # our own pool would be cut too
+        killed = one(
+            conn,
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        assert killed >= 2
+        assert client.tasks["w.record"].delay(2).get(timeout=20) == 2
+        w.signal(signal.SIGTERM)
+        assert w.wait(20) == 0

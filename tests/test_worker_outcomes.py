@@ -8,6 +8,7 @@ write the side ledger of `apps.worker_app`.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -174,7 +175,7 @@ def test_countdown_backoff_and_huge_retry_counts_on_a_live_worker(
     # Exponential backoff 0.3 s * 2**n capped at 1.2 s: gaps 0.3, 0.6, 1.2, 1.2.
     starts = [r[2] for r in ledger_rows(conn, backoff)]
     assert len(starts) == 5 and status(conn, backoff) == "failed"
-    gaps = [(b - a).total_seconds() for a, b in zip(starts, starts[1:], strict=False)]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(starts)]
     for gap_seen, planned in zip(gaps, [0.3, 0.6, 1.2, 1.2], strict=True):
         assert planned <= gap_seen < planned + 0.6, gaps
     assert gaps[0] < gaps[1] < gaps[2]
@@ -407,3 +408,24 @@ def test_max_tasks_per_child_stops_a_threads_worker(
     assert len(done) == 3
     assert one(conn, "SELECT count(*) FROM pgtasks.jobs WHERE status = 'queued'") == 7
     assert rows(conn, "SELECT DISTINCT attempt FROM pgtasks.jobs WHERE status = 'queued'") == [(0,)]
+
+
+@pytest.mark.slow
+def test_a_child_that_dies_mid_job_follows_the_worker_lost_policy(
+    client: pgtasks.App, conn: psycopg.Connection[Any], wdsn: str, tmp_path: Path
+) -> None:
+    """A killed child (OOM killer, segfault) is a lost worker in small: retried unless the
+    task is non-idempotent, as the reaper does for a lost worker process."""
+    again = client.tasks["w.die_first"].delay().id
+    once = client.tasks["w.die_first_once"].delay().id
+    with workers(wdsn, tmp_path, ["-P", "processes", "-c", "1", "--burst", *FAST]) as (w,):
+        assert w.wait(60) == 0, w.log()[-3000:]
+    job = client.get_job(again)
+    assert (job.status, job.attempt, job.result) == ("succeeded", 2, 2), job.error
+    assert [(a.attempt, a.outcome) for a in job.history()] == [(1, "retry"), (2, "succeeded")]
+    first = job.history()[0].error
+    assert first is not None and (first["code"], first["class"]) == ("WORKER_LOST", "transient")
+    gone = client.get_job(once)
+    assert (gone.status, gone.attempt) == ("failed", 1)
+    assert gone.error is not None and gone.error["code"] == "WORKER_LOST"
+    assert len(ledger_rows(conn, once)) == 1

@@ -222,6 +222,15 @@ def make_app(dsn: str | None = None) -> pgtasks.App:
         ledger_start(self)
         time.sleep(60)
 
+    def _die_first(self: TaskContext) -> int:
+        ledger_start(self)
+        if self.request.attempt == 1:
+            os.kill(os.getpid(), signal.SIGKILL)  # a child killed mid-job (OOM killer, segfault)
+        return self.request.attempt
+
+    app.task(name="w.die_first", bind=True, max_retries=1)(_die_first)
+    app.task(name="w.die_first_once", bind=True, max_retries=1, retry_on_worker_lost=False)(_die_first)
+
     @app.task(name="w.aio", bind=True, max_retries=0)
     async def aio(self: TaskContext, n: int) -> dict[str, Any]:
         await asyncio.sleep(0.01)
