@@ -275,7 +275,7 @@ WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s
 RETURNING id;
 
 -- name: job_release
--- Hand claimed-but-unstarted or interrupted jobs back to the queue at once (graceful shutdown).
+-- Hand claimed-but-unstarted jobs back to the queue at once, attempt not used (graceful shutdown).
 UPDATE pgtasks.jobs
 SET status = 'queued', attempt = attempt - 1, worker_id = NULL, started_at = NULL,
     heartbeat_at = NULL
