@@ -64,6 +64,24 @@ def test_plugin_migrations_are_applied_once_and_recorded(dsn: str) -> None:
         app.close()
 
 
+def test_concurrent_migrations_apply_the_plugin_migration_once(dsn: str) -> None:
+    import threading
+
+    apps = [
+        pgtasks.App(f"m{i}", dsn=dsn, load_entry_points=False, plugins=[pgtasks_index.plugin])
+        for i in range(4)
+    ]
+    applied: list[list[str]] = []
+    threads = [threading.Thread(target=lambda a=a: applied.append(a.migrate())) for a in apps]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for app in apps:
+        app.close()
+    assert sorted(applied) == [[], [], [], ["pgtasks_index:0001_entries"]]
+
+
 def test_without_the_plugin_migrate_creates_no_index_tables(dsn: str, app: pgtasks.App) -> None:
     assert app.migrate() == []
     with psycopg.connect(dsn) as conn:
