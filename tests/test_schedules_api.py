@@ -339,6 +339,7 @@ def test_next_fire_times_use_the_scheduler_code_path(sapp: pgtasks.App) -> None:
     sapp.schedules.create("dep", "t.job", None, after=["dst"], now=T0)
     assert sapp.schedules.next_fire_times("dep", 3) == []
     assert len(sapp.schedules.next_fire_times("dst")) == 10
+    assert sapp.schedules.next("dst", 1, after=datetime(2025, 3, 29, 12, tzinfo=UTC)) == got[:1]
 
 
 def test_spec_round_trips_through_the_row(sapp: pgtasks.App) -> None:

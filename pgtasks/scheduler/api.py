@@ -548,6 +548,9 @@ class Schedules:
         start = after or self._db_now(None)
         return cron.fire_times(start, n)
 
+    #: The same as `next_fire_times` (the name of ``pgtasks schedules next``).
+    next = next_fire_times
+
     # -- internals ------------------------------------------------------------------
 
     def _db_now(self, conn: AnyConnection | None) -> datetime:
