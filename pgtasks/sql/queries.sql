@@ -198,22 +198,28 @@ ranked AS (
     FROM candidates c
 ),
 picked AS (
-    SELECT r.id
+    SELECT r.id,
+           row_number() OVER (ORDER BY CASE WHEN %(fair)s::boolean THEN r.turn ELSE 0 END,
+                                       r.priority DESC, r.run_at, r.id) AS claim_order
     FROM ranked r
     WHERE r.lock_key IS NULL OR r.lock_turn = 1
-    ORDER BY CASE WHEN %(fair)s::boolean THEN r.turn ELSE 0 END,
-             r.priority DESC, r.run_at, r.id
+    ORDER BY claim_order
     LIMIT %(limit)s
+),
+claimed AS (
+    UPDATE pgtasks.jobs j
+    SET status = 'running', attempt = j.attempt + 1, worker_id = %(worker_id)s,
+        started_at = coalesce(%(now)s::timestamptz, now()),
+        heartbeat_at = coalesce(%(now)s::timestamptz, now())
+    FROM picked
+    WHERE j.id = picked.id AND j.status = 'queued'
+    RETURNING j.id, j.task_name, j.queue, j.tenant, j.args, j.kwargs, j.headers, j.priority,
+              j.attempt, j.max_attempts, j.trigger, j.lock_key, j.unique_key, j.schedule_name,
+              j.scheduled_for, j.parent_id, j.correlation_id, j.started_at,
+              j.retry_on_worker_lost, picked.claim_order
 )
-UPDATE pgtasks.jobs j
-SET status = 'running', attempt = j.attempt + 1, worker_id = %(worker_id)s,
-    started_at = coalesce(%(now)s::timestamptz, now()),
-    heartbeat_at = coalesce(%(now)s::timestamptz, now())
-FROM picked
-WHERE j.id = picked.id AND j.status = 'queued'
-RETURNING j.id, j.task_name, j.queue, j.tenant, j.args, j.kwargs, j.headers, j.priority,
-          j.attempt, j.max_attempts, j.trigger, j.lock_key, j.unique_key, j.schedule_name,
-          j.scheduled_for, j.parent_id, j.correlation_id, j.started_at, j.retry_on_worker_lost;
+-- Rows come back in the order they should start (UPDATE ... RETURNING has none).
+SELECT * FROM claimed ORDER BY claim_order;
 
 -- name: job_next_run_at
 -- Earliest run-at of a queued job in these queues (lets an idle worker sleep until then).
