@@ -241,9 +241,15 @@ class Worker:
             self._wake.wait(self._idle_wait() if limit > 0 else self.config.poll_interval)
 
     def _claim(self, limit: int) -> int:
-        params = {"queues": list(self.config.queues), "start_tenant": self._cursor,
-                  "max_tenants": self.config.max_tenants_per_claim, "limit": limit, "now": None,
-                  "fair": self.config.tenant_fair, "worker_id": self.id}
+        params = {
+            "queues": list(self.config.queues),
+            "start_tenant": self._cursor,
+            "max_tenants": self.config.max_tenants_per_claim,
+            "limit": limit,
+            "now": None,
+            "fair": self.config.tenant_fair,
+            "worker_id": self.id,
+        }
         try:
             rows = self.store.fetch_all("job_claim_batch", params)
         except DatabaseError as exc:
