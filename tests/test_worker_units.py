@@ -400,18 +400,30 @@ def test_claims_are_sized_to_free_capacity(
     assert all(len(ledger_rows(conn, i)) == 1 for i in ids)
 
 
-def test_request_stop_drains_and_hands_back(
+def test_request_stop_drains_with_heartbeats_and_hands_back(
     tasks_app: pgtasks.App, dsn: str, conn: psycopg.Connection[Any]
 ) -> None:
-    running = tasks_app.tasks["w.record"].apply_async((1, 1.0), priority=5).id
+    # The job outlives the lease (1.5 s): only heartbeats during the drain keep it from the reaper.
+    running = tasks_app.tasks["w.record"].apply_async((1, 2.5), priority=5).id
     waiting = [r.id for r in tasks_app.tasks["w.record"].delay_many(list(range(3)))]
-    worker = Worker(tasks_app, concurrency=1, prefetch_multiplier=4, poll_interval=0.1)
+    worker = Worker(
+        tasks_app,
+        concurrency=1,
+        prefetch_multiplier=4,
+        poll_interval=0.1,
+        lease_timeout=1.5,
+        reap_interval=0.2,
+    )
     thread, codes = run_in_thread(worker)
     eventually(lambda: ledger_rows(conn, running), message="long job started")
     worker.request_stop("test")
+    lease = "SELECT lease_expires_at FROM pgtasks.workers WHERE stopping AND id = %s"
+    first = eventually(lambda: rows(conn, lease, (worker.id,)), message="marked stopping")[0][0]
+    eventually(lambda: rows(conn, lease, (worker.id,))[0][0] > first, message="lease extended while draining")
     thread.join(30)
     assert codes == [0]
-    assert status(conn, running) == "succeeded"
+    assert (status(conn, running), len(ledger_rows(conn, running))) == ("succeeded", 1)
+    assert tasks_app.get_job(running).attempts == []  # never reaped
     assert [
         (status(conn, i), one(conn, "SELECT attempt FROM pgtasks.jobs WHERE id = %s", (i,))) for i in waiting
     ] == [("queued", 0)] * 3
