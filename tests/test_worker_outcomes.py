@@ -429,3 +429,19 @@ def test_a_child_that_dies_mid_job_follows_the_worker_lost_policy(
     assert (gone.status, gone.attempt) == ("failed", 1)
     assert gone.error is not None and gone.error["code"] == "WORKER_LOST"
     assert len(ledger_rows(conn, once)) == 1
+
+
+def test_future_dated_jobs_start_on_time_between_polls(
+    client: pgtasks.App, conn: psycopg.Connection[Any], wdsn: str, tmp_path: Path
+) -> None:
+    """A countdown shorter than the poll interval is honoured: the idle worker sleeps until the
+    next run-at, not for the whole poll interval (and not in a busy loop)."""
+    with workers(wdsn, tmp_path, ["-c", "1", "--poll-interval", "30"]) as (w,):
+        assert client.tasks["w.record"].delay(0).get(timeout=20) == 0  # the worker is up and idle
+        job = client.tasks["w.record"].apply_async((1,), countdown=1.5).id
+        eventually(lambda: ledger_rows(conn, job), timeout=10, message="future job started")
+        w.signal(signal.SIGTERM)
+        assert w.wait(20) == 0
+    created = one(conn, "SELECT created_at FROM pgtasks.jobs WHERE id = %s", (job,))
+    late = (ledger_rows(conn, job)[0][2] - created).total_seconds()
+    assert 1.5 <= late < 2.5, late
