@@ -91,9 +91,13 @@ def _queues(value: str) -> tuple[str, ...]:
     help="Fail jobs of tasks this worker does not know, or defer them for one that does.",
 )
 @click.option("-B", "--beat", is_flag=True, help="Also run the scheduler in this process (as Celery's -B).")
-@click.option("-l", "--loglevel", default=None,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-              help="Log level (also accepted before the command, as in Celery).")
+@click.option(
+    "-l",
+    "--loglevel",
+    default=None,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    help="Log level (also accepted before the command, as in Celery).",
+)
 @click.pass_obj
 def worker_command(
     loader: AppLoader,

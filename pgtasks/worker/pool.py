@@ -20,7 +20,7 @@ from typing import Any
 from pgtasks.context import Request
 from pgtasks.task import Task
 
-__all__ = ["HeldJob", "ThreadPool", "raise_in_thread"]
+__all__ = ["HeldJob", "ThreadPool", "clear_async_exception", "raise_in_thread"]
 
 log = logging.getLogger("pgtasks.worker")
 
@@ -79,6 +79,12 @@ def raise_in_thread(thread_id: int, exc_type: type[BaseException]) -> bool:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), None)
         return False
     return bool(done)
+
+
+def clear_async_exception(thread_id: int | None = None) -> None:
+    """Drop an exception raised into a thread (default: this one) that has not arrived yet."""
+    target = threading.get_ident() if thread_id is None else thread_id
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(target), None)
 
 
 class ThreadPool:

@@ -71,26 +71,35 @@ class TimeLimitWatchdog(Service):
         soft = hard = 0
         now = time.monotonic()
         for job in self.jobs():
-            if job.task is None or job.started_at is None or job.thread_id is None or job.finished:
-                continue
-            elapsed = now - job.started_at
-            opts = job.task.options
-            if (
-                self.soft_in_thread
-                and opts.soft_time_limit is not None
-                and elapsed > opts.soft_time_limit
-                and not job.soft_limit_fired
-            ):
-                job.soft_limit_fired = True
-                soft += 1
-                log.warning("job %s passed its soft time limit (%.1fs)", job.id, opts.soft_time_limit)
-                raise_in_thread(job.thread_id, SoftTimeLimitExceeded)
-            if opts.time_limit is not None and elapsed > opts.time_limit and not job.hard_limit_fired:
-                job.hard_limit_fired = True
-                hard += 1
-                log.warning("job %s passed its time limit (%.1fs)", job.id, opts.time_limit)
-                if self.on_hard_limit is not None:
-                    self.on_hard_limit(job)
-                else:
-                    raise_in_thread(job.thread_id, HardTimeLimitExceeded)
+            with job.lock:  # the pool thread marks a job finished under this lock
+                fired = self._check(job, now)
+            soft += fired[0]
+            hard += fired[1]
         return TimeLimitResult(soft=soft, hard=hard)
+
+    def _check(self, job: HeldJob, now: float) -> tuple[int, int]:
+        """Signal one job (called with ``job.lock`` held); returns (soft, hard) signalled."""
+        soft = hard = 0
+        if job.task is None or job.started_at is None or job.thread_id is None or job.finished:
+            return soft, hard
+        elapsed = now - job.started_at
+        opts = job.task.options
+        if (
+            self.soft_in_thread
+            and opts.soft_time_limit is not None
+            and elapsed > opts.soft_time_limit
+            and not job.soft_limit_fired
+        ):
+            job.soft_limit_fired = True
+            soft += 1
+            log.warning("job %s passed its soft time limit (%.1fs)", job.id, opts.soft_time_limit)
+            raise_in_thread(job.thread_id, SoftTimeLimitExceeded)
+        if opts.time_limit is not None and elapsed > opts.time_limit and not job.hard_limit_fired:
+            job.hard_limit_fired = True
+            hard += 1
+            log.warning("job %s passed its time limit (%.1fs)", job.id, opts.time_limit)
+            if self.on_hard_limit is not None:
+                self.on_hard_limit(job)
+            else:
+                raise_in_thread(job.thread_id, HardTimeLimitExceeded)
+        return soft, hard

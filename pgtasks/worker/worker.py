@@ -30,7 +30,7 @@ from typing import Any
 
 from pgtasks.app import App
 from pgtasks.context import TaskContext, request_from_row
-from pgtasks.errors import DatabaseError, NotOwner, SerializationError
+from pgtasks.errors import DatabaseError, NotOwner, SerializationError, TimeLimitExceeded
 from pgtasks.plugins import call_isolated
 from pgtasks.serialization import dumps
 from pgtasks.states import JobStatus
@@ -39,8 +39,8 @@ from pgtasks.worker.attempt import Success, run_attempt
 from pgtasks.worker.completer import Completer, Completion
 from pgtasks.worker.config import WorkerConfig
 from pgtasks.worker.listener import Listener
-from pgtasks.worker.outcome import Outcome, storable_text
-from pgtasks.worker.pool import HeldJob, ThreadPool
+from pgtasks.worker.outcome import Outcome, decide, storable_text
+from pgtasks.worker.pool import HeldJob, ThreadPool, clear_async_exception
 from pgtasks.worker.services import Heartbeat, Reaper, ReaperConfig
 from pgtasks.worker.timelimits import TimeLimitWatchdog
 
@@ -329,7 +329,22 @@ class Worker:
         """Run a held job in a pool thread (the threads pool)."""
         assert held.task is not None
         context = TaskContext(held.task, held.request, runtime=self)
-        self._finish(held, run_attempt(context))
+        outcome: Success | Outcome | None = None
+        while True:
+            try:
+                if outcome is None:
+                    outcome = run_attempt(context)
+                # The watchdog raises time limits only under this lock and only into
+                # unfinished jobs; one it raised just before is cleared here, so it can
+                # never land in the bookkeeping below.
+                with held.lock:
+                    held.finished = True
+                    clear_async_exception()
+                break
+            except TimeLimitExceeded as exc:  # arrived after the task itself returned
+                if outcome is None:
+                    outcome = decide(exc, held.task.options, held.request)
+        self._finish(held, outcome)
 
     def _finish(self, held: HeldJob, outcome: Success | Outcome) -> None:
         """Record how an attempt ended; called from the pool."""
