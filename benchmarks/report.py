@@ -72,6 +72,10 @@ def _partials(results: dict[str, Any], system: str, run_key: str) -> list[dict[s
     return [r["result"] for r in runs if r.get("ok") and r.get("result", {}).get("partial")]
 
 
+def _has_tables(results: dict[str, Any], system: str) -> bool:
+    return bool(results["systems"].get(system, {}).get("has_tables", True))
+
+
 def _done(result: dict[str, Any]) -> str:
     if "b_done" in result:
         return f"{result['b_done']} of {result['b_jobs']} B jobs done, {result['a_left']:,} A jobs left"
@@ -141,16 +145,18 @@ def _metric_table(
     for system in systems:
         row = summary[metric.key][system]
         span = "n/a" if row["min"] is None else f"{_fmt(row['min'])}-{_fmt(row['max'])}"
-        partial = len(_partials(results, system, metric.run))
+        partial = len(_partials(results, system, metric.run)) if metric.capped else 0
         runs = f"{row['n']}/{results['reps']}" + (f" ({partial} partial)" if partial else "")
         lines.append(
             f"| {system} | {_fmt(row['median'])} | {span} | {runs} | {_ratio(row['median'], reference)} |"
         )
     notes = [f"{s}: {e}" for s in systems for e in _errors(results, s, metric.run)]
+    notes += [f"{s}: keeps its jobs outside PostgreSQL" for s in systems
+              if metric.field == "table_bytes" and not _has_tables(results, s)]  # fmt: skip
     if notes:
         lines += ["", "n/a reasons: " + "; ".join(n.replace("|", "/")[:300] for n in notes)]
     cut = [f"{s}: {_done(r)}" for s in systems for r in _partials(results, s, metric.run)]
-    if cut:
+    if cut and metric.capped:
         lines += [
             "",
             f"partial: the processing limit ({results['sizes']['process_cap']:g} s) ended the run early; "

@@ -65,6 +65,7 @@ def _prepare(config: RunConfig, results: dict[str, Any]) -> dict[str, _Active]:
             continue
         entry["settings"] = adapter.spec.settings
         entry["notes"] = adapter.spec.notes
+        entry["has_tables"] = adapter.spec.has_tables
         try:
             check_services(adapter.spec, config.redis_url)
             _log(f"{name}: preparing environment")
@@ -122,7 +123,7 @@ def _run_system_rep(config: RunConfig, name: str, system: _Active, rep: int, ent
                     args=run.args(config.sizes),
                 )
                 record.update(ok=outcome.ok, result=outcome.result, error=outcome.error)
-                if outcome.ok and run.table_size:
+                if outcome.ok and run.table_size and system.adapter.spec.has_tables:
                     record["result"]["table_bytes"] = pg.user_tables_bytes(dsn)
                 state = "ok" if outcome.ok else f"n/a ({outcome.error[:200]})"
                 _log(f"rep {rep} {name} {run.key}: {state} [{outcome.seconds:.1f} s]")

@@ -40,6 +40,7 @@ class CeleryDriver(Driver):
         packages=("celery", "kombu", "redis"),
         settings=f"1 node x prefork concurrency {CONCURRENCY}, prefetch multiplier {PREFETCH}",
         services=("redis",),
+        has_tables=False,
         notes="Redis broker, no result backend (task_ignore_result); bulk = group in chunks of 1,000; "
         "no PostgreSQL tables",
     )
@@ -99,6 +100,7 @@ class CeleryDriver(Driver):
         return None
 
     def close(self) -> None:
+        self.redis.flushdb()  # a deep backlog left in Redis would hold gigabytes of memory
         self.redis.close()
 
 

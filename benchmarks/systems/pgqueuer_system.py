@@ -60,6 +60,9 @@ class PgqueuerDriver(Driver):
             payloads: list[bytes | None] = [json.dumps(job_args(k, t)).encode() for k, t in chunk]
             self._run(self.queries.enqueue([ENTRYPOINT] * len(chunk), payloads, [0] * len(chunk)))
 
+    def analyze(self) -> None:
+        self._run(self.connection.execute("ANALYZE"))
+
     def worker_commands(self) -> list[list[str]]:
         command = [sys.executable, "-m", "benchmarks.systems.pgqueuer_app", str(BATCH_SIZE)]
         return [command] * WORKER_PROCESSES
