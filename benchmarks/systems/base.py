@@ -338,8 +338,16 @@ class Driver:
         runs in a fresh database whose tables were never analyzed, and a long-lived
         queue table would have statistics from autovacuum. Without them the planner
         may sort the whole queue for every claim (seen with procrastinate: 11 ms
-        instead of 0.08 ms per fetch with 20,000 queued jobs). No-op by default.
+        instead of 0.08 ms per fetch with 20,000 queued jobs, 60 instead of 900
+        jobs/s). The default runs ``ANALYZE`` on ``params.dsn`` with psycopg; a
+        system whose venv lacks psycopg overrides it. Raises ImportError then.
         """
+        if not self.spec.has_tables:
+            return
+        import psycopg  # the system's venv has it unless the system overrides this method
+
+        with psycopg.connect(self.params.dsn, autocommit=True) as conn:
+            conn.execute("ANALYZE")
 
     def worker_commands(self) -> list[list[str]]:
         """One argv per worker process, for the 2-core setting named in ``spec.settings``."""

@@ -53,9 +53,6 @@ class ProcrastinateDriver(Driver):
         for start in range(0, len(jobs), BULK_CHUNK):
             self.task.batch_defer(*(job_args(k, t) for k, t in jobs[start : start + BULK_CHUNK]))
 
-    def analyze(self) -> None:
-        self.conn.execute("ANALYZE")
-
     def worker_commands(self) -> list[list[str]]:
         command = [
             sys.executable, "-m", "procrastinate", "--app", "benchmarks.systems.procrastinate_app.app",

@@ -76,9 +76,6 @@ class RawDriver(Driver):
             for kind, enqueued_at in jobs:
                 copy.write_row((json.dumps({"k": kind, "t": enqueued_at}),))
 
-    def analyze(self) -> None:
-        self.conn.execute("ANALYZE")
-
     def worker_commands(self) -> list[list[str]]:
         command = [sys.executable, "-m", "benchmarks.systems.raw_system", "worker"]
         return [command] * WORKER_PROCESSES
