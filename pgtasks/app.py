@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, overload
 
@@ -21,6 +21,7 @@ from pgtasks.serialization import dumps
 from pgtasks.settings import Settings
 from pgtasks.store import AnyConnection, Store
 from pgtasks.task import (
+    UNLIMITED_ATTEMPTS,
     Signature,
     Task,
     TaskOptions,
@@ -39,6 +40,21 @@ __all__ = ["App"]
 log = logging.getLogger("pgtasks")
 
 _COPY_THRESHOLD = 64  # batches at least this big go through COPY when they can
+
+
+def _options_key(sig: Signature) -> Hashable:
+    """What identifies a signature's options for caching their validation in bulk."""
+    try:
+        return (id(sig.task), frozenset(sig.options.items()))
+    except TypeError:  # an unhashable option value (headers): fall back to identity
+        return (id(sig.task), id(sig.options))
+
+
+def _check_key(label: str, key: Any) -> str | None:
+    """A lock or unique key: None, or a non-empty string without NUL."""
+    if key is not None and (not isinstance(key, str) or not key or "\x00" in key):
+        raise ConfigurationError(f"{label} must be a non-empty string without NUL, got {key!r}")
+    return key
 
 
 class _CoreExecution:
@@ -226,9 +242,11 @@ class App:
 
     # -- enqueue -------------------------------------------------------------------
 
-    def _job_params(
-        self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    def _option_params(self, task: Task, options: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate the enqueue options that do not depend on the call's arguments.
+
+        Bulk enqueue computes this once per distinct (task, options) pair.
+        """
         opts = task.options
         queue = options.get("queue")
         if queue is None:
@@ -246,46 +264,65 @@ class App:
         countdown = None if countdown is None else check_countdown(countdown)
         eta = None if eta is None else check_eta(eta)
         max_retries = options.get("max_retries", opts.max_retries)
-        max_attempts = TaskOptions(name=opts.name, max_retries=max_retries).max_attempts
-        lock = options["lock"] if "lock" in options else resolve_key(opts.lock, args, kwargs)
-        unique_key = (
-            options["unique_key"] if "unique_key" in options else resolve_key(opts.unique_key, args, kwargs)
-        )
-        for label, key in (("lock", lock), ("unique_key", unique_key)):
-            if key is not None and (not isinstance(key, str) or not key or "\x00" in key):
-                raise ConfigurationError(f"{label} must be a non-empty string without NUL, got {key!r}")
+        if max_retries is not None and (type(max_retries) is not int or max_retries < 0):
+            raise ConfigurationError(f"max_retries must be None or an int >= 0, got {max_retries!r}")
         headers = options.get("headers") or {}
         if not isinstance(headers, Mapping):
             raise ConfigurationError(f"headers must be a dict, got {type(headers).__name__}")
-        headers = dict(headers)
-        if self.plugin_manager.hook.pgtasks_before_enqueue.get_hookimpls():
-            resolved = {
-                "queue": queue,
-                "priority": priority,
-                "tenant": tenant,
-                "lock": lock,
-                "unique_key": unique_key,
-                "countdown": countdown,
-                "eta": eta,
-            }
-            self.plugin_manager.hook.pgtasks_before_enqueue(
-                task_name=task.name, options=resolved, headers=headers
-            )
+        for label in ("lock", "unique_key"):
+            if label in options:
+                _check_key(label, options[label])
         return {
             "task_name": task.name,
             "queue": queue,
             "tenant": tenant,
-            "args": dumps(list(args), "args"),
-            "kwargs": dumps(kwargs, "kwargs"),
-            "headers": dumps(headers, "headers"),
+            "headers": dumps(dict(headers), "headers") if headers else "{}",
             "priority": priority,
-            "max_attempts": max_attempts,
+            "max_attempts": UNLIMITED_ATTEMPTS
+            if max_retries is None
+            else min(max_retries + 1, UNLIMITED_ATTEMPTS),
             "countdown": countdown,
             "eta": eta,
-            "lock_key": lock,
-            "unique_key": unique_key,
+            "lock_key": options.get("lock"),
+            "unique_key": options.get("unique_key"),
             "retry_on_worker_lost": opts.retry_on_worker_lost,
+            "_headers": headers,
         }
+
+    def _job_params(
+        self,
+        task: Task,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: Mapping[str, Any],
+        base: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The parameters of one job row: validated options plus the encoded call."""
+        params = dict(base if base is not None else self._option_params(task, options))
+        headers_raw = params.pop("_headers")
+        opts = task.options
+        if "lock" not in options and opts.lock is not None:
+            params["lock_key"] = _check_key("lock", resolve_key(opts.lock, args, kwargs))
+        if "unique_key" not in options and opts.unique_key is not None:
+            params["unique_key"] = _check_key("unique_key", resolve_key(opts.unique_key, args, kwargs))
+        if self.plugin_manager.hook.pgtasks_before_enqueue.get_hookimpls():
+            headers = dict(headers_raw)
+            resolved = {
+                "queue": params["queue"],
+                "priority": params["priority"],
+                "tenant": params["tenant"],
+                "lock": params["lock_key"],
+                "unique_key": params["unique_key"],
+                "countdown": params["countdown"],
+                "eta": params["eta"],
+            }
+            self.plugin_manager.hook.pgtasks_before_enqueue(
+                task_name=task.name, options=resolved, headers=headers
+            )
+            params["headers"] = dumps(headers, "headers")
+        params["args"] = dumps(list(args), "args")
+        params["kwargs"] = dumps(kwargs, "kwargs") if kwargs else "{}"
+        return params
 
     @staticmethod
     def _check_connection(conn: object) -> AnyConnection | None:
@@ -347,7 +384,14 @@ class App:
             ConfigurationError, SerializationError: nothing is written.
         """
         conn = self._check_connection(connection)
-        rows = [self._job_params(s.task, tuple(s.args), dict(s.kwargs), s.options) for s in signatures]
+        bases: dict[Hashable, dict[str, Any]] = {}
+        rows = []
+        for sig in signatures:
+            key = _options_key(sig)
+            base = bases.get(key)
+            if base is None:
+                base = bases[key] = self._option_params(sig.task, sig.options)
+            rows.append(self._job_params(sig.task, tuple(sig.args), dict(sig.kwargs), sig.options, base))
         if not rows:
             return []
         plain = all(r["unique_key"] is None and r["countdown"] is None and r["eta"] is None for r in rows)

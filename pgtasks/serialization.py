@@ -248,12 +248,41 @@ def _decode_tagged(tag: str, data: dict[str, Any]) -> Any:
     raise SerializationError("stored value", f"unknown type tag {tag!r}")
 
 
+def _plain_items(items: list[Any]) -> bool:
+    """Whether every item is a scalar that orjson writes exactly as `encode` would."""
+    for item in items:
+        kind = type(item)
+        if kind is str:
+            if "\x00" in item or not item.isascii() and not _encodable_text(item):
+                return False
+        elif kind is int:
+            if not _INT64_MIN <= item <= _INT64_MAX:
+                return False
+        elif kind is float:
+            if _encode_float(item) is not item:
+                return False
+        elif item is not None and kind is not bool:
+            return False
+    return True
+
+
+def _encodable_text(text: str) -> bool:
+    """False for strings with lone surrogates (which orjson and jsonb refuse)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def dumps(value: Any, path: str = "value") -> str:
     """Encode a value to JSON text for a jsonb parameter.
 
     Raises:
         SerializationError: the value cannot round-trip exactly (see module docs).
     """
+    if type(value) is list and _plain_items(value):
+        return orjson.dumps(value).decode("utf-8")  # the common case: no walk needed
     data = encode(value, path)  # raises SerializationError naming the exact path
     try:
         return orjson.dumps(data).decode("utf-8")
