@@ -253,7 +253,7 @@ def _plain_items(items: list[Any]) -> bool:
     for item in items:
         kind = type(item)
         if kind is str:
-            if "\x00" in item or not item.isascii() and not _encodable_text(item):
+            if "\x00" in item or (not item.isascii() and not _encodable_text(item)):
                 return False
         elif kind is int:
             if not _INT64_MIN <= item <= _INT64_MAX:
