@@ -64,7 +64,8 @@ def _fmt(value: float | int | None) -> str:
 def _ratio(a: float | int | None, b: float | int | None) -> str:
     if a is None or b is None or b == 0:
         return "n/a"
-    return f"{float(a) / float(b):.2f}x"
+    ratio = float(a) / float(b)
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
 
 
 def _partials(results: dict[str, Any], system: str, run_key: str) -> list[dict[str, Any]]:
