@@ -18,7 +18,7 @@ from benchmarks.sizes import Sizes
 # after which the driver reports what it has as partial. The harness kills a driver
 # 30 s after its deadline.
 BASE_DEADLINE = 30.0
-FILL_FLOOR = 2000.0
+FILL_FLOOR = 1000.0
 FLOOR_RATE = 100.0
 
 

@@ -69,15 +69,15 @@ QUICK = Sizes(
     process_cap=60.0,
 )
 
-# Scaled down from 200,000 bulk and 100,000 fairness jobs so that a full run fits in
-# under 45 minutes here: procrastinate processes 100-250 jobs/s on this machine and
-# Celery's group enqueue about 2,000 jobs/s. See benchmarks/README.md.
+# Processing is capped at 60 s per figure (partial results beyond), which keeps a full
+# run of five systems near 35 minutes here: procrastinate works off about 900 jobs/s
+# and Celery about 1,100, so they would need minutes per figure. See benchmarks/README.md.
 FULL = Sizes(
     enqueue_one=20_000,
-    bulk=100_000,
+    bulk=200_000,
     latency_rate=50.0,
     latency_seconds=10.0,
-    fairness_backlog=50_000,
+    fairness_backlog=100_000,
     fairness_b=10,
     deep_small=10_000,
     deep_large=1_000_000,
