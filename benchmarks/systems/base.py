@@ -190,6 +190,16 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
+def start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (None when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    return int(stat[stat.rfind(b")") + 2 :].split()[19])
+
+
 def rss_bytes(pid: int) -> int:
     """Resident set size of one process in bytes (0 when it is gone)."""
     try:
@@ -254,7 +264,10 @@ class WorkerFleet:
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM every worker, then SIGKILL whatever of its tree is left after ``grace`` s."""
         self._stop.set()
-        trees = {p.pid: process_tree(p.pid) for p in self.processes if p.poll() is None}
+        # (pid, start time) of every process in the trees, so a pid reused meanwhile is spared.
+        trees = [
+            (pid, start_time(pid)) for p in self.processes if p.poll() is None for pid in process_tree(p.pid)
+        ]
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -262,8 +275,8 @@ class WorkerFleet:
         for process in self.processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(max(0.0, deadline - time.monotonic()))
-        for tree in trees.values():
-            for pid in tree:
+        for pid, started in trees:
+            if started is not None and start_time(pid) == started:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         for process in self.processes:
