@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from typing import TYPE_CHECKING
 
 from pgtasks.errors import ConfigurationError
 from pgtasks.store import Store
+
+if TYPE_CHECKING:
+    from pgtasks.plugins import PluginMigrations
 
 __all__ = ["Migration", "migrate", "migration_sql", "migrations", "pending"]
 
@@ -90,11 +95,17 @@ def migrate(store: Store) -> list[Migration]:
     return applied
 
 
-def migration_sql() -> str:
+def migration_sql(plugin_sets: Sequence[PluginMigrations] = ()) -> str:
     """The whole schema as one SQL script, for DBAs who apply DDL themselves.
 
-    The script is what `migrate` would run on an empty database, wrapped in one
-    transaction, recording each version.
+    The script is what `migrate` (and, for ``plugin_sets``, the plugins' migrations
+    that ``App.migrate`` applies next) would run on an empty database, wrapped in
+    one transaction, recording each version.
+
+    Args:
+        plugin_sets: the loaded plugins' migration sets
+            (`pgtasks.plugins.plugin_migration_sets`); their keys and file names
+            are validated identifiers, so they are safe to write as literals.
     """
     from pgtasks.queries import QUERIES
 
@@ -109,5 +120,12 @@ def migration_sql() -> str:
             f"INSERT INTO pgtasks.migrations (version, name) VALUES ({m.version}, '{m.name}') "
             "ON CONFLICT (version) DO NOTHING;"
         )
+    for mset in plugin_sets:
+        for m in mset.migrations():
+            parts.append(f"-- {mset.plugin}:{m.version:04d}_{m.name}\n{m.sql.strip()}")
+            parts.append(
+                "INSERT INTO pgtasks.plugin_migrations (plugin, version, name) "
+                f"VALUES ('{mset.plugin}', {m.version}, '{m.name}');"
+            )
     parts.append("COMMIT;")
     return "\n\n".join(parts) + "\n"

@@ -6,6 +6,7 @@ import click
 
 from pgtasks.cli.common import AppLoader
 from pgtasks.migrate import migration_sql
+from pgtasks.plugins import plugin_migration_sets
 
 __all__ = ["register"]
 
@@ -16,7 +17,8 @@ __all__ = ["register"]
 def migrate_command(loader: AppLoader, print_sql: bool) -> None:
     """Apply pending migrations (idempotent; safe to run from several hosts at once)."""
     if print_sql:
-        click.echo(migration_sql(), nl=False)
+        sets = plugin_migration_sets(loader.get().plugin_manager)
+        click.echo(migration_sql(sets), nl=False)
         return
     applied = loader.get().migrate()
     click.echo(f"applied: {', '.join(applied)}" if applied else "schema is up to date")
