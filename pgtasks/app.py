@@ -42,6 +42,21 @@ log = logging.getLogger("pgtasks")
 _COPY_THRESHOLD = 64  # batches at least this big go through COPY when they can
 
 
+_PLAIN_DEFAULTS = (
+    ("countdown", None), ("eta", None), ("lock_key", None), ("trigger", "api"), ("schedule_name", None),
+    ("scheduled_for", None), ("parent_id", None), ("correlation_id", None),
+)  # fmt: skip
+
+
+def _insert_query(params: Mapping[str, Any]) -> str:
+    """The narrowest INSERT that can write these job parameters."""
+    if params["unique_key"] is not None:
+        return "job_insert_unique"
+    if all(params.get(name, default) == default for name, default in _PLAIN_DEFAULTS):
+        return "job_insert"
+    return "job_insert_full"
+
+
 def _options_key(sig: Signature) -> Hashable:
     """What identifies a signature's options for caching their validation in bulk."""
     try:
@@ -351,7 +366,7 @@ class App:
 
     def _insert(self, params: dict[str, Any], conn: AnyConnection | None) -> int:
         for _ in range(3):
-            query = "job_insert" if params["unique_key"] is None else "job_insert_unique"
+            query = _insert_query(params)
             row = self.store.fetch_one(query, params, conn=conn)
             if row is not None:
                 job_id = int(row["id"])

@@ -41,7 +41,18 @@ SELECT to_regclass('pgtasks.migrations') IS NOT NULL AS present;
 -- ======================================================================
 
 -- name: job_insert
--- Enqueue one job without a unique key; wakes workers of its queue on commit.
+-- Enqueue one plain job (due now, no keys, trigger api: the common case, kept minimal);
+-- wakes workers of its queue on commit.
+INSERT INTO pgtasks.jobs (
+    task_name, queue, tenant, args, kwargs, headers, priority, max_attempts, retry_on_worker_lost)
+VALUES (
+    %(task_name)s, %(queue)s, %(tenant)s, %(args)s::jsonb, %(kwargs)s::jsonb,
+    %(headers)s::jsonb, %(priority)s, %(max_attempts)s, %(retry_on_worker_lost)s)
+RETURNING id, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
+
+-- name: job_insert_full
+-- Enqueue one job with any of run-at, lock key, trigger and schedule fields, without a
+-- unique key; wakes workers of its queue on commit.
 INSERT INTO pgtasks.jobs (
     task_name, queue, tenant, args, kwargs, headers, priority, max_attempts, run_at,
     lock_key, trigger, schedule_name, scheduled_for, parent_id, correlation_id,
