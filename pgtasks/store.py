@@ -89,10 +89,22 @@ def translate_error(exc: psycopg.Error) -> DatabaseError:
 
 
 def configure_connection(conn: AnyConnection) -> None:
-    """Register pgtasks' jsonb loaders on a connection (pool and dedicated ones)."""
+    """Prepare one of pgtasks' own connections (pooled and dedicated; never a caller's).
+
+    Registers the jsonb loaders and runs ``session_setup`` (JIT off: the claim's
+    cost estimate crosses ``jit_above_cost`` and JIT compilation then costs more
+    than the whole statement; PostgreSQL's docs advise against JIT for short
+    OLTP queries, "Chapter 30. Just-in-Time Compilation"). The setting is an
+    optimisation only: behind a transaction-pooling PgBouncer it may not stick,
+    and nothing depends on it.
+    """
     conn.adapters.register_loader("jsonb", _JsonbLoader)
     conn.adapters.register_loader("jsonb", _JsonbBinaryLoader)
     conn.adapters.register_loader("json", _JsonbLoader)
+    with conn.cursor() as cur:
+        cur.execute(QUERIES["session_setup"])
+    if not conn.autocommit:
+        conn.commit()
 
 
 class Store:

@@ -1,11 +1,11 @@
-"""Time limits reach a thread-pool task as an asynchronous exception, which can be withdrawn."""
+"""Time limits reach a thread-pool task as an asynchronous exception."""
 
 from __future__ import annotations
 
 import threading
 
 from pgtasks.errors import SoftTimeLimitExceeded
-from pgtasks.worker.pool import clear_async_exception, raise_in_thread
+from pgtasks.worker.pool import raise_in_thread
 
 
 def _blocked_thread(outcome: list[str], release: threading.Event) -> threading.Thread:
@@ -32,15 +32,3 @@ def test_raised_exception_lands_in_the_thread() -> None:
     release.set()
     thread.join(10)
     assert outcome == ["interrupted"]
-
-
-def test_withdrawn_exception_never_lands() -> None:
-    outcome: list[str] = []
-    release = threading.Event()
-    thread = _blocked_thread(outcome, release)
-    assert thread.ident is not None
-    assert raise_in_thread(thread.ident, SoftTimeLimitExceeded)
-    clear_async_exception(thread.ident)
-    release.set()
-    thread.join(10)
-    assert outcome == ["returned"]

@@ -218,19 +218,21 @@ picked AS (
     LIMIT %(limit)s
 ),
 claimed AS (
+    -- id = ANY(ARRAY(...)) makes the picked ids one array computed once, so the UPDATE
+    -- probes the primary key; a join to picked let the planner hash-join a sequential
+    -- scan of every queued job instead.
     UPDATE pgtasks.jobs j
     SET status = 'running', attempt = j.attempt + 1, worker_id = %(worker_id)s,
         started_at = coalesce(%(now)s::timestamptz, now()),
         heartbeat_at = coalesce(%(now)s::timestamptz, now())
-    FROM picked
-    WHERE j.id = picked.id AND j.status = 'queued'
+    WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked p)) AND j.status = 'queued'
     RETURNING j.id, j.task_name, j.queue, j.tenant, j.args, j.kwargs, j.headers, j.priority,
               j.attempt, j.max_attempts, j.trigger, j.lock_key, j.unique_key, j.schedule_name,
               j.scheduled_for, j.parent_id, j.correlation_id, j.started_at,
-              j.retry_on_worker_lost, picked.claim_order
+              j.retry_on_worker_lost
 )
 -- Rows come back in the order they should start (UPDATE ... RETURNING has none).
-SELECT * FROM claimed ORDER BY claim_order;
+SELECT c.* FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.claim_order;
 
 -- name: job_next_run_at
 -- Earliest run-at of a queued job in these queues (lets an idle worker sleep until then).
@@ -458,6 +460,10 @@ LISTEN pgtasks_cancel;
 -- name: listen_done
 -- Subscribe to "jobs finished" wake-ups (result waiters re-check their job).
 LISTEN pgtasks_done;
+
+-- name: session_setup
+-- Session settings of pgtasks' own connections: JIT off (it costs more than the claim).
+SET jit = off;
 
 -- name: clock_now
 -- The database clock (workers never use their own).

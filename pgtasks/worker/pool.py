@@ -20,7 +20,7 @@ from typing import Any
 from pgtasks.context import Request
 from pgtasks.task import Task
 
-__all__ = ["HeldJob", "ThreadPool", "clear_async_exception", "raise_in_thread"]
+__all__ = ["HeldJob", "ThreadPool", "deliver_pending_exception", "raise_in_thread"]
 
 log = logging.getLogger("pgtasks.worker")
 
@@ -81,10 +81,15 @@ def raise_in_thread(thread_id: int, exc_type: type[BaseException]) -> bool:
     return bool(done)
 
 
-def clear_async_exception(thread_id: int | None = None) -> None:
-    """Drop an exception raised into a thread (default: this one) that has not arrived yet."""
-    target = threading.get_ident() if thread_id is None else thread_id
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(target), None)
+def deliver_pending_exception() -> None:
+    """Do nothing, as a Python call: an exception raised into this thread lands here.
+
+    CPython delivers asynchronous exceptions when a Python function starts (and at
+    backward jumps); calling this inside a ``try`` makes one that is pending arrive
+    there rather than later. (Withdrawing one instead, with
+    ``PyThreadState_SetAsyncExc(id, NULL)``, leaves CPython 3.11's eval breaker set
+    and spins the thread.)
+    """
 
 
 class ThreadPool:

@@ -40,7 +40,7 @@ from pgtasks.worker.completer import Completer, Completion
 from pgtasks.worker.config import WorkerConfig
 from pgtasks.worker.listener import Listener
 from pgtasks.worker.outcome import Outcome, decide, storable_text
-from pgtasks.worker.pool import HeldJob, ThreadPool, clear_async_exception
+from pgtasks.worker.pool import HeldJob, ThreadPool, deliver_pending_exception
 from pgtasks.worker.services import Heartbeat, Reaper, ReaperConfig
 from pgtasks.worker.timelimits import TimeLimitWatchdog
 
@@ -335,11 +335,11 @@ class Worker:
                 if outcome is None:
                     outcome = run_attempt(context)
                 # The watchdog raises time limits only under this lock and only into
-                # unfinished jobs; one it raised just before is cleared here, so it can
-                # never land in the bookkeeping below.
+                # unfinished jobs. One it raised just before lands at the latest in the
+                # Python call below, inside this try, never in the bookkeeping after it.
                 with held.lock:
                     held.finished = True
-                    clear_async_exception()
+                deliver_pending_exception()
                 break
             except TimeLimitExceeded as exc:  # arrived after the task itself returned
                 if outcome is None:
