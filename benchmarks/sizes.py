@@ -70,7 +70,7 @@ QUICK = Sizes(
 )
 
 # Processing is capped at 60 s per figure (partial results beyond), which keeps a full
-# run of five systems near 35 minutes here: procrastinate works off about 900 jobs/s
+# run of five systems near 40 minutes here: procrastinate works off about 900 jobs/s
 # and Celery about 1,100, so they would need minutes per figure. See benchmarks/README.md.
 FULL = Sizes(
     enqueue_one=20_000,
