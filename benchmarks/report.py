@@ -110,6 +110,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines += _subject_section(summary, systems)
     lines += _environment_section(results)
     lines += _sizes_section(results)
+    analysis = Path(__file__).with_name("analysis.md")
+    if analysis.exists():  # hand-written: profiling notes and the targets, kept with the tables
+        lines += ["", analysis.read_text().rstrip()]
     return "\n".join(lines) + "\n"
 
 

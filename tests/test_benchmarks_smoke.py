@@ -19,7 +19,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DSN = os.environ.get("PGTASKS_TEST_DSN", "")
-SYSTEMS = ("raw",)
+SYSTEMS = ("raw", "pgtasks")
 
 # Section titles of docs/benchmarks.md, one per figure (benchmarks/figures.py).
 FIGURE_SECTIONS = (
