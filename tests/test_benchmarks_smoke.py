@@ -1,6 +1,6 @@
 """Smoke test of the benchmark harness: a tiny quick run, report checked figure by figure.
 
-Runs ``python -m benchmarks run --quick --systems raw --n 500`` against the test
+Runs ``python -m benchmarks run --quick --systems raw,pgtasks --n 500`` against the test
 server and reads the Markdown report and the JSON of raw numbers it writes. Every
 figure must have a table whose row for each system holds a positive median, and every
 repetition must have produced a number.
@@ -89,7 +89,7 @@ def test_report_names_the_command_machine_and_server_settings(
     smoke_run: tuple[str, dict[str, object]],
 ) -> None:
     markdown, results = smoke_run
-    assert "--quick --systems raw --n 500" in markdown
+    assert f"--quick --systems {','.join(SYSTEMS)} --n 500" in markdown
     assert "nproc:" in markdown
     for setting in ("shared_buffers=", "synchronous_commit=", "max_connections=", "server_version="):
         assert setting in markdown, setting
