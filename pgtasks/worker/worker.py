@@ -235,10 +235,14 @@ class Worker:
                 if claimed >= limit:
                     continue  # more may be waiting
             idle = claimed == 0 and not self._held and self._completer.pending() == 0
-            if self.config.burst and idle and self._nothing_due():
+            if limit <= 0:  # the buffer is full: a finishing job wakes the loop
+                self._wake.wait(self.config.poll_interval)
+                continue
+            next_run_at, now = self._next_run_at()
+            if self.config.burst and idle and (next_run_at is None or next_run_at > now):
                 self.request_stop("burst-done")
                 break
-            self._wake.wait(self._idle_wait() if limit > 0 else self.config.poll_interval)
+            self._wake.wait(self._idle_wait(next_run_at, now))
 
     def _claim(self, limit: int) -> int:
         params = {
@@ -270,19 +274,26 @@ class Worker:
             self._dispatch(row)
         return len(rows)
 
-    def _nothing_due(self) -> bool:
-        row = self.store.fetch_one("job_next_run_at", {"queues": list(self.config.queues), "now": None})
-        return row is None or row["run_at"] is None or row["run_at"] > row["now"]
-
-    def _idle_wait(self) -> float:
-        wait = self.config.poll_interval
+    def _next_run_at(self) -> tuple[Any, Any]:
+        """(earliest run-at of a queued job in our queues or None, database now)."""
         try:
             row = self.store.fetch_one("job_next_run_at", {"queues": list(self.config.queues), "now": None})
         except DatabaseError:
-            return wait
-        if row and row["run_at"] is not None:
-            until = (row["run_at"] - row["now"]).total_seconds()
-            wait = min(wait, max(until, 0.0))
+            return None, None
+        return (row["run_at"], row["now"]) if row else (None, None)
+
+    def _idle_wait(self, next_run_at: Any, now: Any) -> float:
+        """Seconds to sleep after a claim that found less than it asked for.
+
+        Until the next future job is due, at most one poll interval. Jobs already due
+        but not claimed (their lock key is running, or another worker holds them)
+        are not a reason to claim again at once: that would spin.
+        """
+        wait = self.config.poll_interval
+        if next_run_at is not None and now is not None:
+            until = (next_run_at - now).total_seconds()
+            if until > 0:
+                wait = min(wait, until)
         return wait
 
     def _on_jobs_notified(self, queue: str) -> None:
