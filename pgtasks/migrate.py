@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING
 
 from pgtasks.errors import ConfigurationError
-from pgtasks.store import Store
+from pgtasks.store import AnyConnection, Store
 
 if TYPE_CHECKING:
     from pgtasks.plugins import PluginMigrations
@@ -68,6 +68,41 @@ def pending(store: Store) -> list[Migration]:
     return [m for m in migrations() if m.version not in done]
 
 
+def apply_each(
+    store: Store,
+    candidates: Iterable[Migration],
+    *,
+    applied: Callable[[AnyConnection], set[int]],
+    record: Callable[[AnyConnection, Migration], None],
+    label: str = "",
+) -> list[Migration]:
+    """Apply migrations one transaction each, under the migration advisory lock.
+
+    Used for pgtasks' own migrations and for plugins' (`pgtasks.plugins.migrate_plugins`).
+
+    Args:
+        store: where to apply them.
+        candidates: migrations in version order.
+        applied: versions already applied, read inside the locked transaction.
+        record: writes the ledger row of a migration just applied.
+        label: prefix of the log line (a plugin key and ``:``), empty for pgtasks.
+
+    Returns:
+        The migrations this call applied.
+    """
+    done: list[Migration] = []
+    for migration in candidates:
+        with store.transaction() as conn:
+            store.execute("migration_lock", conn=conn)
+            if migration.version in applied(conn):
+                continue
+            store.execute_script(migration.sql, conn=conn)
+            record(conn, migration)
+        done.append(migration)
+        log.info("applied migration %s%04d_%s", label, migration.version, migration.name)
+    return done
+
+
 def migrate(store: Store) -> list[Migration]:
     """Apply every pending migration; safe to call from many processes at once.
 
@@ -77,22 +112,16 @@ def migrate(store: Store) -> list[Migration]:
     Raises:
         DatabaseError: a migration failed; its transaction was rolled back.
     """
-    applied: list[Migration] = []
-    for migration in migrations():
-        with store.transaction() as conn:
-            store.execute("migration_lock", conn=conn)
-            store.execute("migration_bootstrap_schema", conn=conn)
-            store.execute("migration_bootstrap_table", conn=conn)
-            done = {int(r["version"]) for r in store.fetch_all("migration_applied", conn=conn)}
-            if migration.version in done:
-                continue
-            store.execute_script(migration.sql, conn=conn)
-            store.execute(
-                "migration_record", {"version": migration.version, "name": migration.name}, conn=conn
-            )
-            applied.append(migration)
-            log.info("applied migration %04d_%s", migration.version, migration.name)
-    return applied
+
+    def applied(conn: AnyConnection) -> set[int]:
+        store.execute("migration_bootstrap_schema", conn=conn)
+        store.execute("migration_bootstrap_table", conn=conn)
+        return {int(r["version"]) for r in store.fetch_all("migration_applied", conn=conn)}
+
+    def record(conn: AnyConnection, migration: Migration) -> None:
+        store.execute("migration_record", {"version": migration.version, "name": migration.name}, conn=conn)
+
+    return apply_each(store, migrations(), applied=applied, record=record)
 
 
 def migration_sql(plugin_sets: Sequence[PluginMigrations] = ()) -> str:

@@ -27,8 +27,8 @@ import pluggy
 
 from pgtasks import hookspecs
 from pgtasks.errors import ConfigurationError
-from pgtasks.migrate import Migration
-from pgtasks.store import Store
+from pgtasks.migrate import Migration, apply_each
+from pgtasks.store import AnyConnection, Store
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -354,22 +354,19 @@ def migrate_plugins(store: Store, pm: pluggy.PluginManager) -> list[str]:
     """
     applied: list[str] = []
     for mset in plugin_migration_sets(pm):
-        for migration in mset.migrations():
-            with store.transaction() as conn:
-                store.execute("migration_lock", conn=conn)
-                done = {
-                    int(r["version"])
-                    for r in store.fetch_all("plugin_migration_applied", {"plugin": mset.plugin}, conn=conn)
-                }
-                if migration.version in done:
-                    continue
-                store.execute_script(migration.sql, conn=conn)
-                store.execute(
-                    "plugin_migration_record",
-                    {"plugin": mset.plugin, "version": migration.version, "name": migration.name},
-                    conn=conn,
-                )
-            label = f"{mset.plugin}:{migration.version:04d}_{migration.name}"
-            applied.append(label)
-            log.info("applied plugin migration %s", label)
+        key = mset.plugin
+
+        def versions(conn: AnyConnection, key: str = key) -> set[int]:
+            rows = store.fetch_all("plugin_migration_applied", {"plugin": key}, conn=conn)
+            return {int(r["version"]) for r in rows}
+
+        def record(conn: AnyConnection, migration: Migration, key: str = key) -> None:
+            store.execute(
+                "plugin_migration_record",
+                {"plugin": key, "version": migration.version, "name": migration.name},
+                conn=conn,
+            )
+
+        done = apply_each(store, mset.migrations(), applied=versions, record=record, label=f"{key}:")
+        applied += [f"{key}:{m.version:04d}_{m.name}" for m in done]
     return applied
