@@ -1,12 +1,13 @@
 """The ``pgtasks`` command line (click): ``pgtasks -A module:app COMMAND ...``.
 
-Sub-commands live in one module each and are listed in `COMMAND_MODULES`; plugins
-add theirs through the ``pgtasks_add_commands`` hook.
+Sub-commands live in one module each and are listed in `COMMANDS`, imported only
+when run or listed in ``--help`` (a worker process loads the worker command and
+nothing of the others); plugins add theirs through the ``pgtasks_add_commands``
+hook.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
 from typing import Any
@@ -17,20 +18,29 @@ from pgtasks.cli.common import AppLoader, configure_logging
 from pgtasks.cli.plugins_cmd import PluginCommandGroup
 from pgtasks.errors import PgtasksError
 
-__all__ = ["cli", "main"]
+__all__ = ["COMMANDS", "cli", "main"]
 
-# Each module defines `register(group: click.Group) -> None`.
-COMMAND_MODULES = (
-    "pgtasks.cli.migrate_cmd",
-    "pgtasks.cli.worker_cmd",
-    "pgtasks.cli.jobs_cmd",
-    "pgtasks.cli.embedded_cmd",
-    "pgtasks.cli.schedules_cmd",
-    "pgtasks.cli.plugins_cmd",
+# name -> "module:attribute" of the click command; `PluginCommandGroup` imports on first use.
+COMMANDS: dict[str, str] = {
+    "migrate": "pgtasks.cli.migrate_cmd:migrate_command",
+    "worker": "pgtasks.cli.worker_cmd:worker_command",
+    "jobs": "pgtasks.cli.jobs_cmd:jobs_group",
+    "queues": "pgtasks.cli.jobs_cmd:queues_command",
+    "stats": "pgtasks.cli.jobs_cmd:queues_command",
+    "workers": "pgtasks.cli.jobs_cmd:workers_command",
+    "purge": "pgtasks.cli.jobs_cmd:purge_command",
+    "embedded": "pgtasks.cli.embedded_cmd:embedded_group",
+    "scheduler": "pgtasks.cli.schedules_cmd:scheduler_command",
+    "schedules": "pgtasks.cli.schedules_cmd:schedules_group",
+    "plugins": "pgtasks.cli.plugins_cmd:plugins_command",
+}
+
+
+@click.group(
+    cls=PluginCommandGroup,
+    lazy_commands=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-
-@click.group(cls=PluginCommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "-A",
     "--app",
@@ -62,14 +72,6 @@ def cli(
     """pgtasks: background tasks on PostgreSQL."""
     configure_logging(loglevel)
     ctx.obj = AppLoader(app_spec=app_spec, dsn=dsn, plugins=plugins)
-
-
-def _register_commands(group: click.Group) -> None:
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(group)
-
-
-_register_commands(cli)
 
 
 def main(argv: list[str] | None = None) -> Any:

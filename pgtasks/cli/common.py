@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,7 +15,11 @@ import pgtasks
 from pgtasks.errors import ConfigurationError, PgtasksError
 from pgtasks.plugins import load_module_plugin
 
-__all__ = ["AppLoader", "configure_logging", "fail", "load_app"]
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+__all__ = ["AppLoader", "configure_logging", "fail", "load_app", "new_console", "new_table"]
 
 
 def configure_logging(level: str) -> None:
@@ -81,3 +86,17 @@ def fail(exc: PgtasksError) -> None:
     """Print a pgtasks error without a traceback and exit 1."""
     click.echo(f"Error: {exc}", err=True)
     sys.exit(1)
+
+
+def new_table(*columns: str, **options: Any) -> Table:
+    """A ``rich`` table; rich is imported here, on first use, so a worker process never loads it (~2 MiB)."""
+    from rich.table import Table
+
+    return Table(*columns, **options)
+
+
+def new_console() -> Console:
+    """A ``rich`` console on stdout (imported on first use, as `new_table`)."""
+    from rich.console import Console
+
+    return Console()

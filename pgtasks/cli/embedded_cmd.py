@@ -6,7 +6,7 @@ import click
 
 from pgtasks.embedded import default_data_dir, running_server, stop_embedded
 
-__all__ = ["register"]
+__all__ = ["embedded_group"]
 
 
 @click.group("embedded")
@@ -28,8 +28,3 @@ def embedded_status() -> None:
 def embedded_stop() -> None:
     """Stop the embedded server (it starts again on the next use)."""
     click.echo("stopped" if stop_embedded() else "was not running")
-
-
-def register(group: click.Group) -> None:
-    """Add the command group to the CLI."""
-    group.add_command(embedded_group)

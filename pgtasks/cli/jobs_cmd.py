@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from pgtasks.cli.common import AppLoader, fail
+from pgtasks.cli.common import AppLoader, fail, new_console, new_table
 from pgtasks.errors import PgtasksError
 from pgtasks.serialization import dumps
 
-__all__ = ["register"]
+__all__ = ["jobs_group", "purge_command", "queues_command", "workers_command"]
 
 _STATUSES = ["queued", "running", "succeeded", "failed", "cancelled", "partial_failure"]
 
@@ -41,7 +39,7 @@ def jobs_list(
     jobs = loader.get().list_jobs(
         status=status, queue=queue, task_name=task_name, tenant=tenant, before_id=before_id, limit=limit
     )
-    table = Table("id", "task", "queue", "tenant", "status", "attempt", "run at", "finished", "error")
+    table = new_table("id", "task", "queue", "tenant", "status", "attempt", "run at", "finished", "error")
     for j in jobs:
         table.add_row(
             str(j.id),
@@ -54,7 +52,7 @@ def jobs_list(
             f"{j.finished_at:%H:%M:%S}" if j.finished_at else "",
             (j.error or {}).get("code", "") or "",
         )
-    Console().print(table)
+    new_console().print(table)
     if len(jobs) == limit:
         click.echo(f"next page: --before {jobs[-1].id}")
 
@@ -69,8 +67,8 @@ def jobs_show(loader: AppLoader, job_id: int) -> None:
     except PgtasksError as exc:
         fail(exc)
         return
-    console = Console()
-    table = Table(show_header=False)
+    console = new_console()
+    table = new_table(show_header=False)
     for name in (
         "id",
         "task_name",
@@ -105,7 +103,7 @@ def jobs_show(loader: AppLoader, job_id: int) -> None:
     if job.error:
         table.add_row("error", f"{job.error.get('code')}: {job.error.get('message')}")
     console.print(table)
-    history = Table("attempt", "trigger", "worker", "started", "finished", "outcome", "error")
+    history = new_table("attempt", "trigger", "worker", "started", "finished", "outcome", "error")
     for a in job.history():
         history.add_row(
             str(a.attempt),
@@ -155,7 +153,7 @@ def jobs_cancel(loader: AppLoader, job_ids: tuple[int, ...], terminate: bool) ->
 def queues_command(loader: AppLoader) -> None:
     """Job counts per queue and status."""
     rows = loader.get().queue_stats()
-    table = Table("queue", *_STATUSES, "oldest queued")
+    table = new_table("queue", *_STATUSES, "oldest queued")
     by_queue: dict[str, dict[str, object]] = {}
     for r in rows:
         q = by_queue.setdefault(r["queue"], {})
@@ -164,7 +162,7 @@ def queues_command(loader: AppLoader) -> None:
             q["oldest"] = r["oldest_run_at"]
     for name, counts in sorted(by_queue.items()):
         table.add_row(name, *(str(counts.get(s, 0)) for s in _STATUSES), str(counts.get("oldest", "")))
-    Console().print(table)
+    new_console().print(table)
 
 
 @click.command("workers")
@@ -172,7 +170,7 @@ def queues_command(loader: AppLoader) -> None:
 def workers_command(loader: AppLoader) -> None:
     """Registered workers, their lease and running jobs."""
     rows = loader.get().store.fetch_all("worker_list")
-    table = Table("id", "queues", "pool", "concurrency", "running", "last seen", "state")
+    table = new_table("id", "queues", "pool", "concurrency", "running", "last seen", "state")
     for r in rows:
         state = "expired" if r["expired"] else ("stopping" if r["stopping"] else "alive")
         table.add_row(
@@ -184,7 +182,7 @@ def workers_command(loader: AppLoader) -> None:
             f"{r['last_seen_at']:%Y-%m-%d %H:%M:%S}",
             state,
         )
-    Console().print(table)
+    new_console().print(table)
 
 
 @click.command("purge")
@@ -203,12 +201,3 @@ def purge_command(loader: AppLoader, older_than: float, status: str | None) -> N
     """Delete finished jobs older than a cutoff."""
     n = loader.get().purge(older_than=older_than, status=status)
     click.echo(f"deleted {n} job(s)")
-
-
-def register(group: click.Group) -> None:
-    """Add the commands to the CLI."""
-    group.add_command(jobs_group)
-    group.add_command(queues_command)
-    group.add_command(queues_command, name="stats")
-    group.add_command(workers_command)
-    group.add_command(purge_command)

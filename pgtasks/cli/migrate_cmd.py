@@ -8,7 +8,7 @@ from pgtasks.cli.common import AppLoader
 from pgtasks.migrate import migration_sql
 from pgtasks.plugins import plugin_migration_sets
 
-__all__ = ["register"]
+__all__ = ["migrate_command"]
 
 
 @click.command("migrate")
@@ -22,8 +22,3 @@ def migrate_command(loader: AppLoader, print_sql: bool) -> None:
         return
     applied = loader.get().migrate()
     click.echo(f"applied: {', '.join(applied)}" if applied else "schema is up to date")
-
-
-def register(group: click.Group) -> None:
-    """Add the command to the CLI."""
-    group.add_command(migrate_command)

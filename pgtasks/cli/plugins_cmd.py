@@ -3,7 +3,8 @@
 Plugins add sub-commands through the ``pgtasks_add_commands`` hook. click looks a
 sub-command up before the root command's callback runs, so `PluginCommandGroup`
 builds the app from the root options it already parsed (``-A``, ``--dsn``,
-``--plugin``) when asked for a name it does not know, and asks the app's plugins.
+``--plugin``) when asked for a name that is neither built in nor lazy (see
+`pgtasks.cli.group.LazyGroup`), and asks the app's plugins.
 """
 
 from __future__ import annotations
@@ -11,14 +12,13 @@ from __future__ import annotations
 import contextlib
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from pgtasks.cli.common import AppLoader, fail
+from pgtasks.cli.common import AppLoader, fail, new_console, new_table
+from pgtasks.cli.group import LazyGroup
 from pgtasks.errors import PgtasksError
 from pgtasks.plugins import available_entry_points, describe_plugins
 
-__all__ = ["PluginCommandGroup", "plugin_commands", "register"]
+__all__ = ["PluginCommandGroup", "plugin_commands", "plugins_command"]
 
 _META_KEY = "pgtasks.plugin_commands"
 
@@ -43,11 +43,11 @@ def plugin_commands(ctx: click.Context) -> dict[str, click.Command]:
     return root.meta[_META_KEY]  # type: ignore[no-any-return]
 
 
-class PluginCommandGroup(click.Group):
-    """A click group whose unknown sub-commands are looked up in the app's plugins."""
+class PluginCommandGroup(LazyGroup):
+    """A lazy click group whose unknown sub-commands are looked up in the app's plugins."""
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        """A built-in command, else one a plugin adds (an app that fails to load is reported)."""
+        """A built-in (maybe lazy) command, else a plugin's (an app that fails to load is reported)."""
         command = super().get_command(ctx, cmd_name)
         if command is not None:
             return command
@@ -57,7 +57,7 @@ class PluginCommandGroup(click.Group):
             raise click.ClickException(f"cannot look up plugin commands: {exc}") from exc
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        """Built-in and plugin commands, sorted (plugins that fail to load are left out here)."""
+        """Built-in, lazy and plugin commands, sorted (plugins that fail to load are left out here)."""
         names = set(super().list_commands(ctx))
         with contextlib.suppress(PgtasksError):
             names.update(plugin_commands(ctx))
@@ -74,8 +74,8 @@ def plugins_command(loader: AppLoader, hooks: bool) -> None:
     except PgtasksError as exc:
         fail(exc)
         return
-    console = Console()
-    table = Table(title=f"plugins of app {app.name!r}")
+    console = new_console()
+    table = new_table(title=f"plugins of app {app.name!r}")
     table.add_column("name", style="bold")
     table.add_column("from")
     if hooks:
@@ -94,8 +94,3 @@ def plugins_command(loader: AppLoader, hooks: bool) -> None:
             console.print(f"entry point {ep.name} = {ep.value} ({ep.dist}): {why}")
     if not autoload:
         console.print("entry-point auto-loading is off (PGTASKS_DISABLE_PLUGIN_AUTOLOAD)")
-
-
-def register(group: click.Group) -> None:
-    """Add ``plugins`` to the root group."""
-    group.add_command(plugins_command)

@@ -14,17 +14,15 @@ from types import FrameType
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from pgtasks.cli.common import AppLoader, fail
+from pgtasks.cli.common import AppLoader, fail, new_console, new_table
 from pgtasks.cron import load_zone
 from pgtasks.errors import ConfigurationError, PgtasksError
 from pgtasks.scheduler import Schedule, Scheduler, SchedulerConfig, SimulatedClock
 from pgtasks.serialization import dumps
 from pgtasks.worker.services import ReaperConfig
 
-__all__ = ["register", "run_scheduler"]
+__all__ = ["run_scheduler", "scheduler_command", "schedules_group"]
 
 log = logging.getLogger("pgtasks.scheduler")
 
@@ -158,7 +156,7 @@ def schedules_list(loader: AppLoader) -> None:
     except PgtasksError as exc:
         fail(exc)
         return
-    table = Table("name", "cron", "timezone", "task", "state", "next run", "last run", "last outcome")
+    table = new_table("name", "cron", "timezone", "task", "state", "next run", "last run", "last outcome")
     for s in found:
         last = f"#{s.last_run_id} {s.last_run_trigger} {s.last_run_status}" if s.last_run_id else ""
         table.add_row(
@@ -171,7 +169,7 @@ def schedules_list(loader: AppLoader) -> None:
             last,
             s.last_outcome or "",
         )
-    Console().print(table)
+    new_console().print(table)
 
 
 @schedules_group.command("show")
@@ -184,7 +182,7 @@ def schedules_show(loader: AppLoader, name: str) -> None:
     except PgtasksError as exc:
         fail(exc)
         return
-    table = Table(show_header=False)
+    table = new_table(show_header=False)
     rows: list[tuple[str, str]] = [
         ("name", s.name),
         ("task", s.task_name),
@@ -211,7 +209,7 @@ def schedules_show(loader: AppLoader, name: str) -> None:
     for key, value in rows:
         if value:
             table.add_row(key, value)
-    Console().print(table)
+    new_console().print(table)
 
 
 @schedules_group.command("trigger")
@@ -283,7 +281,7 @@ def schedules_history(loader: AppLoader, name: str, page: int, per_page: int) ->
     except PgtasksError as exc:
         fail(exc)
         return
-    table = Table(
+    table = new_table(
         "run",
         "trigger",
         "attempt",
@@ -311,7 +309,7 @@ def schedules_history(loader: AppLoader, name: str, page: int, per_page: int) ->
             dumps(r.progress) if r.progress else "",
             f"#{r.parent_id}" if r.parent_id else "",
         )
-    Console().print(table)
+    new_console().print(table)
     if len(runs) == per_page:
         click.echo(f"next page: --page {page + 1}")
 
@@ -348,9 +346,3 @@ def schedules_next(loader: AppLoader, name: str, count: int, start: str | None) 
         return
     for t in times:
         click.echo(_local(t, s.timezone))
-
-
-def register(group: click.Group) -> None:
-    """Add the commands to the CLI."""
-    group.add_command(scheduler_command)
-    group.add_command(schedules_group)

@@ -15,7 +15,7 @@ from pgtasks.cli.common import AppLoader
 from pgtasks.errors import ConfigurationError
 from pgtasks.worker import Worker, WorkerConfig
 
-__all__ = ["register"]
+__all__ = ["worker_command"]
 
 
 def _queues(value: str) -> tuple[str, ...]:
@@ -150,8 +150,3 @@ def worker_command(
         with scheduler_beside(app, SchedulerConfig(reap=False)):
             raise SystemExit(worker.run())
     raise SystemExit(worker.run())
-
-
-def register(group: click.Group) -> None:
-    """Add the command to the CLI."""
-    group.add_command(worker_command)
