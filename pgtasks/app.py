@@ -72,7 +72,7 @@ def _check_key(label: str, key: Any) -> str | None:
     return key
 
 
-class _CoreExecution:
+class CoreExecution:
     """pgtasks' own, innermost implementation of `pgtasks_execute_job`."""
 
     @hookimpl(trylast=True)
@@ -116,7 +116,7 @@ class App:
         self._store_lock = threading.Lock()
         autoload = self.settings.load_entry_points if load_entry_points is None else load_entry_points
         self.plugin_manager: pluggy.PluginManager = make_plugin_manager(load_entry_points=autoload)
-        self.plugin_manager.register(_CoreExecution(), name="pgtasks.core")
+        self.plugin_manager.register(CoreExecution(), name="pgtasks.core")
         for plugin in plugins:
             self.plugin_manager.register(plugin)
         self.plugin_manager.hook.pgtasks_register_tasks.call_historic(kwargs={"app": self})

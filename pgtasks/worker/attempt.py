@@ -6,8 +6,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from pgtasks.app import CoreExecution
 from pgtasks.context import TaskContext
 from pgtasks.errors import SerializationError
+from pgtasks.execution import call_task
 from pgtasks.serialization import dumps
 from pgtasks.states import JobStatus
 from pgtasks.worker.outcome import Outcome, decide, error_record
@@ -38,8 +40,13 @@ def run_attempt(context: TaskContext, *, cancelled: Any = None) -> Success | Out
     is_cancelled = cancelled or context.is_cancelled
     started = time.perf_counter()
     hook = context.task.app.plugin_manager.hook.pgtasks_execute_job
+    impls = hook.get_hookimpls()
     try:
-        result = hook(context=context)
+        if len(impls) == 1 and isinstance(impls[0].plugin, CoreExecution):
+            # Only pgtasks' own implementation: call it without pluggy's dispatch.
+            result = call_task(context)
+        else:
+            result = hook(context=context)
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise

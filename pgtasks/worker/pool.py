@@ -14,7 +14,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from pgtasks.context import Request
@@ -25,28 +24,55 @@ __all__ = ["HeldJob", "ThreadPool", "deliver_pending_exception", "raise_in_threa
 log = logging.getLogger("pgtasks.worker")
 
 
-@dataclass(eq=False)
+# One lock for the start/revoke/finish decisions of every held job: the sections are
+# a few attribute writes, so sharing it costs less than a lock (and an event) per job.
+_STATE_LOCK = threading.Lock()
+
+
 class HeldJob:
-    """A claimed job and its run-time state (mutable; guarded by ``lock``)."""
+    """A claimed job and its run-time state (mutable; decisions guarded by ``lock``).
 
-    row: dict[str, Any]
-    task: Task | None
-    request: Request
-    cancel: threading.Event = field(default_factory=threading.Event)
-    terminate: bool = False
-    started: bool = False
-    revoked: bool = False
-    finished: bool = False
-    thread_id: int | None = None
-    started_at: float | None = None  # time.monotonic()
-    soft_limit_fired: bool = False
-    hard_limit_fired: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    Args:
+        row: the claimed row (as ``job_claim_batch`` returns it).
+        task: the registered task, or None when this worker does not know it.
+        request: the job's `Request`.
+    """
 
-    @property
-    def id(self) -> int:
-        """The job id."""
-        return int(self.row["id"])
+    __slots__ = (
+        "cancelled",
+        "finished",
+        "hard_limit_fired",
+        "id",
+        "request",
+        "revoked",
+        "row",
+        "soft_limit_fired",
+        "started",
+        "started_at",
+        "task",
+        "terminate",
+        "thread_id",
+    )
+
+    lock = _STATE_LOCK
+
+    def __init__(self, row: dict[str, Any], task: Task | None, request: Request) -> None:
+        self.row = row
+        self.task = task
+        self.request = request
+        self.id: int = row["id"]
+        self.cancelled = False  # cancellation was requested
+        self.terminate = False
+        self.started = False
+        self.revoked = False
+        self.finished = False
+        self.thread_id: int | None = None
+        self.started_at: float | None = None  # time.monotonic()
+        self.soft_limit_fired = False
+        self.hard_limit_fired = False
+
+    def __repr__(self) -> str:
+        return f"<HeldJob {self.id} started={self.started} finished={self.finished}>"
 
     def try_start(self) -> bool:
         """Mark as started unless it was revoked (handed back or cancelled) first."""

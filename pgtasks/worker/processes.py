@@ -157,7 +157,7 @@ class ProcessPool:
         slot.killed_for = None
         slot.cancel_flag.value = 0
         slot.current = held
-        if held.cancel.is_set():
+        if held.cancelled:
             slot.cancel_flag.value = 1
         try:
             slot.conn.send(held.row)
@@ -165,7 +165,7 @@ class ProcessPool:
                 if slot.conn.poll(0.05):
                     reply = slot.conn.recv()
                     break
-                if held.cancel.is_set():
+                if held.cancelled:
                     slot.cancel_flag.value = 1
                 if not slot.process.is_alive():
                     raise EOFError
@@ -208,7 +208,7 @@ class ProcessPool:
 
     def terminate(self, job: HeldJob) -> bool:
         """Kill the child running ``job`` (cancel with terminate, or a hard time limit)."""
-        why = "cancel" if job.cancel.is_set() else "time_limit"
+        why = "cancel" if job.cancelled else "time_limit"
         for slot in self._slots:
             if slot.current is job:
                 return slot.kill(why)
@@ -294,7 +294,9 @@ def _child_main(  # noqa: PLR0917 - multiprocessing passes arguments positionall
 
     app = load_app(app_spec)
     app.settings = replace(app.settings, dsn=dsn)
-    store = Store(dsn, max_size=2, prepare_threshold=app.settings.prepare_threshold)
+    store = Store(
+        dsn, max_size=2, prepare_threshold=app.settings.prepare_threshold, session="worker_session_setup"
+    )
     runtime = _ChildRuntime(store, worker_id, flag)
     done = 0
     while True:

@@ -76,6 +76,7 @@ class Worker:
             app.store.dsn,
             max_size=min(self.config.concurrency + 4, 32),
             prepare_threshold=app.settings.prepare_threshold,
+            session="worker_session_setup",
         )
         self.started = threading.Event()
         self.stopped = threading.Event()
@@ -374,7 +375,7 @@ class Worker:
                 self._held.pop(held.id, None)
                 self.processed += 1
                 low = len(self._held) <= self._low_water
-            if low:
+            if low and not self._wake.is_set():
                 self._wake.set()
             limit = self.config.max_tasks_per_child
             if limit is not None and self.config.pool == "threads" and self.processed >= limit:
@@ -492,6 +493,8 @@ class Worker:
                 time.sleep(0.1 * 2**attempt)
 
     def _on_written(self, done: list[Completion], lost: set[int]) -> None:
+        if not self.app.plugin_manager.hook.pgtasks_job_succeeded.get_hookimpls():
+            return
         for c in done:
             call_isolated(
                 self.app.plugin_manager,
@@ -523,15 +526,15 @@ class Worker:
     def is_cancelled(self, job_id: int) -> bool:
         """Whether cancellation of a held job was requested."""
         held = self._held.get(job_id)
-        return held is not None and held.cancel.is_set()
+        return held is not None and held.cancelled
 
     # -- events ----------------------------------------------------------------------
 
     def _on_cancel(self, job_id: int, terminate: bool) -> None:
         held = self._held.get(job_id)
-        if held is None or (held.cancel.is_set() and not terminate):
+        if held is None or (held.cancelled and not terminate):
             return
-        held.cancel.set()
+        held.cancelled = True
         held.terminate = held.terminate or terminate
         if held.try_revoke():
             log.info("job %s cancelled before it started", job_id)
