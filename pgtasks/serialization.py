@@ -281,8 +281,18 @@ def dumps(value: Any, path: str = "value") -> str:
     Raises:
         SerializationError: the value cannot round-trip exactly (see module docs).
     """
+    if value is None:
+        return "null"  # tasks that return nothing
     if type(value) is list and _plain_items(value):
         return orjson.dumps(value).decode("utf-8")  # the common case: no walk needed
+    if (
+        type(value) is dict
+        and TAG not in value
+        and all(type(k) is str for k in value)
+        and _plain_items(list(value))
+        and _plain_items(list(value.values()))
+    ):
+        return orjson.dumps(value).decode("utf-8")  # a flat dict of scalars, as encode writes it
     data = encode(value, path)  # raises SerializationError naming the exact path
     try:
         return orjson.dumps(data).decode("utf-8")

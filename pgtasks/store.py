@@ -12,6 +12,7 @@ the caller's transaction and commits or rolls back with it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -55,6 +56,8 @@ class _JsonbLoader(Loader):
 
     def load(self, data: Buffer) -> Any:
         raw = bytes(data)
+        if raw == b"{}":  # empty headers and kwargs: most jobs have them
+            return {}
         if raw[:1] == b"\x01":  # binary jsonb: version byte, then text
             raw = raw[1:]
         return loads_json(raw)
@@ -88,21 +91,23 @@ def translate_error(exc: psycopg.Error) -> DatabaseError:
     return err
 
 
-def configure_connection(conn: AnyConnection) -> None:
+def configure_connection(conn: AnyConnection, session: str = "session_setup") -> None:
     """Prepare one of pgtasks' own connections (pooled and dedicated; never a caller's).
 
-    Registers the jsonb loaders and runs ``session_setup`` (JIT off: the claim's
-    cost estimate crosses ``jit_above_cost`` and JIT compilation then costs more
-    than the whole statement; PostgreSQL's docs advise against JIT for short
-    OLTP queries, "Chapter 30. Just-in-Time Compilation"). The setting is an
-    optimisation only: behind a transaction-pooling PgBouncer it may not stick,
-    and nothing depends on it.
+    Registers the jsonb loaders and runs the named ``session`` query: by default
+    ``session_setup`` (JIT off: the claim's cost estimate crosses ``jit_above_cost``
+    and JIT compilation then costs more than the whole statement; PostgreSQL's docs
+    advise against JIT for short OLTP queries, "Chapter 30. Just-in-Time
+    Compilation"); a worker's store uses ``worker_session_setup``, which also asks
+    for generic plans (``plan_cache_mode``, "20.7.4. Other Planner Options"). The
+    settings are optimisations only: behind a transaction-pooling PgBouncer they
+    may not stick, and nothing depends on them.
     """
     conn.adapters.register_loader("jsonb", _JsonbLoader)
     conn.adapters.register_loader("jsonb", _JsonbBinaryLoader)
     conn.adapters.register_loader("json", _JsonbLoader)
     with conn.cursor() as cur:
-        cur.execute(QUERIES["session_setup"])
+        cur.execute(QUERIES[session])
     if not conn.autocommit:
         conn.commit()
 
@@ -118,6 +123,7 @@ class Store:
         prepare_threshold: psycopg's automatic server-side prepare threshold; None
             disables prepared statements (needed behind PgBouncer in transaction
             pooling before PgBouncer 1.21).
+        session: the named query run on every new connection (`configure_connection`).
 
     Raises:
         ConnectionFailed: (on first use) the server cannot be reached; the message
@@ -132,8 +138,10 @@ class Store:
         max_size: int = 8,
         connect_timeout: float = 10.0,
         prepare_threshold: int | None = 5,
+        session: str = "session_setup",
     ) -> None:
         self.dsn = dsn
+        self._session = session
         self.queries = MappingProxyType(dict(queries))
         self._max_size = max_size
         self._connect_timeout = connect_timeout
@@ -162,7 +170,7 @@ class Store:
             raise ConnectionFailed(
                 f"cannot connect to PostgreSQL at {describe_dsn(self.dsn)}: {reason}", transient=not refused
             ) from None
-        configure_connection(conn)
+        configure_connection(conn, self._session)
         return conn
 
     def _get_pool(self) -> ConnectionPool[AnyConnection]:
@@ -177,7 +185,7 @@ class Store:
                     min_size=1,
                     max_size=self._max_size,
                     kwargs={"autocommit": True, "prepare_threshold": self._prepare_threshold},
-                    configure=configure_connection,
+                    configure=functools.partial(configure_connection, session=self._session),
                     open=False,
                     name="pgtasks",
                     timeout=self._connect_timeout,

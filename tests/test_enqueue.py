@@ -15,6 +15,7 @@ import pytest
 import pgtasks
 from pgtasks.errors import AlreadyQueued, ConfigurationError, PgtasksError
 from pgtasks.serialization import dumps
+from pgtasks.worker.completer import succeed_batch_params
 
 WORKER = "test-worker"
 
@@ -89,7 +90,7 @@ def run_named(app: pgtasks.App, name: str, **params: Any) -> list[dict[str, Any]
 def _succeed(app: pgtasks.App, job_id: int, result: Any) -> None:
     rows = app.store.fetch_all(
         "job_succeed_batch",
-        {"ids": [job_id], "results": [dumps(result)], "worker_id": WORKER, "now": None},
+        succeed_batch_params(WORKER, [job_id], [dumps(result)]),
     )
     assert [r["id"] for r in rows] == [job_id]
 

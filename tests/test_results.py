@@ -20,6 +20,7 @@ from pgtasks.errors import (
     TimeLimitExceeded,
 )
 from pgtasks.serialization import dumps
+from pgtasks.worker.completer import succeed_batch_params
 
 WORKER = "test-worker"
 
@@ -50,7 +51,8 @@ def claim(app: pgtasks.App, job_id: int) -> None:
 
 
 def succeed(app: pgtasks.App, job_id: int, result: Any) -> None:
-    rows = run_named(app, "job_succeed_batch", ids=[job_id], results=[dumps(result)], worker_id=WORKER)
+    params = succeed_batch_params(WORKER, [job_id], [dumps(result)])
+    rows = run_named(app, "job_succeed_batch", **params)
     assert [r["id"] for r in rows] == [job_id]
 
 

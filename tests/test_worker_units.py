@@ -21,7 +21,7 @@ from pgtasks.errors import Retry
 from pgtasks.store import Store
 from pgtasks.task import MAX_DELAY, UNLIMITED_ATTEMPTS, TaskOptions, backoff_delay
 from pgtasks.worker import Worker, WorkerConfig
-from pgtasks.worker.completer import Completer, Completion
+from pgtasks.worker.completer import Completer, Completion, succeed_batch_params
 from pgtasks.worker.outcome import decide
 from pgtasks.worker.services import Heartbeat, Reaper, ReaperConfig
 
@@ -134,7 +134,7 @@ def succeed(
     """Record success of ``ids`` as ``worker_id`` would."""
     found = store.fetch_all(
         "job_succeed_batch",
-        {"ids": ids, "results": ['"ok"'] * len(ids), "worker_id": worker_id, "now": now},
+        succeed_batch_params(worker_id, ids, ['"ok"'] * len(ids), now),
         conn=conn,
     )
     return [int(r["id"]) for r in found]

@@ -18,7 +18,7 @@ from typing import Any
 from pgtasks.errors import DatabaseError
 from pgtasks.store import Store
 
-__all__ = ["Completer", "Completion"]
+__all__ = ["Completer", "Completion", "succeed_batch_params"]
 
 log = logging.getLogger("pgtasks.worker")
 
@@ -32,6 +32,23 @@ class Completion:
     result_json: str
     result: Any
     runtime: float
+
+
+def succeed_batch_params(
+    worker_id: str, ids: list[int], results_json: list[str], now: Any = None
+) -> dict[str, Any]:
+    """Parameters of ``job_succeed_batch``: job ids and their stored results, in order.
+
+    The ids go as one array literal and the results (each a JSON text from
+    `pgtasks.serialization.dumps`) as one JSON array: psycopg adapts a Python list
+    element by element in Python, a string in one step.
+    """
+    return {
+        "ids": "{" + ",".join([str(i) for i in ids]) + "}",
+        "results": "[" + ",".join(results_json) + "]",
+        "worker_id": worker_id,
+        "now": now,
+    }
 
 
 class Completer:
@@ -61,7 +78,12 @@ class Completer:
         self.delay = delay
         self.on_written = on_written
         self._pending: list[Completion] = []
-        self._cond = threading.Condition()
+        # A plain lock guards the list; two events wake the writer (something pending,
+        # a full batch). Pool threads only append and, for the first and the
+        # batch-filling result, set an event: cheaper per result than a Condition.
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._full = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
         self.written = 0
@@ -73,47 +95,49 @@ class Completer:
 
     def add(self, completion: Completion) -> None:
         """Queue a result for the next batch."""
-        with self._cond:
+        with self._lock:
             self._pending.append(completion)
-            if len(self._pending) == 1 or len(self._pending) >= self.batch:
-                self._cond.notify()
+            n = len(self._pending)
+        if n == 1:
+            self._ready.set()
+        if n == self.batch:
+            self._full.set()
 
     def pending(self) -> int:
         """Results not yet written."""
-        with self._cond:
-            return len(self._pending)
+        return len(self._pending)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Write what is pending, then stop."""
-        with self._cond:
-            self._stop = True
-            self._cond.notify()
+        self._stop = True
+        self._ready.set()
+        self._full.set()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
 
-    def _take(self) -> list[Completion]:
-        with self._cond:
-            while not self._pending and not self._stop:
-                self._cond.wait()
-            if self._pending and len(self._pending) < self.batch and not self._stop:
-                deadline = time.monotonic() + self.delay
-                while len(self._pending) < self.batch and not self._stop:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    self._cond.wait(remaining)
-            taken, self._pending = self._pending[: self.batch], self._pending[self.batch :]
+    def _take(self) -> list[Completion] | None:
+        """The next batch to write; None once stopped with nothing pending."""
+        while True:
+            self._ready.wait()
+            with self._lock:
+                if not self._pending:
+                    if self._stop:
+                        return None
+                    self._ready.clear()
+                    continue
+                short = len(self._pending) < self.batch
+            if short and not self._stop:
+                self._full.wait(self.delay)  # let results from other threads join
+            with self._lock:
+                taken, self._pending = self._pending[: self.batch], self._pending[self.batch :]
+                self._full.clear()
+                if not self._pending and not self._stop:
+                    self._ready.clear()
             return taken
 
     def _run(self) -> None:
-        while True:
-            items = self._take()
-            if not items:
-                with self._cond:
-                    if self._stop and not self._pending:
-                        return
-                continue
+        while (items := self._take()) is not None:
             self._write(items)
 
     def _write(self, items: list[Completion]) -> None:
@@ -122,12 +146,9 @@ class Completer:
             try:
                 rows = self.store.fetch_all(
                     "job_succeed_batch",
-                    {
-                        "ids": [c.job_id for c in items],
-                        "results": [c.result_json for c in items],
-                        "worker_id": self.worker_id,
-                        "now": None,
-                    },
+                    succeed_batch_params(
+                        self.worker_id, [c.job_id for c in items], [c.result_json for c in items]
+                    ),
                 )
                 break
             except DatabaseError as exc:
