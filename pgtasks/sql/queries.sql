@@ -185,36 +185,42 @@ WITH RECURSIVE tenants AS (
     WHERE t.n < %(max_tenants)s
 ),
 candidates AS (
+    -- Each tenant's due jobs in priority order, numbered (turn) as the ordered sub-select
+    -- returns them: OVER () takes its input's order, where OVER (ORDER BY ...) would sort
+    -- again (the planner does not carry the order through the row locks).
     SELECT c.*
     FROM tenants t
     CROSS JOIN LATERAL (
-        SELECT j.id, j.queue, j.tenant, j.priority, j.run_at, j.lock_key
-        FROM pgtasks.jobs j
-        WHERE j.status = 'queued' AND j.queue = t.queue AND j.tenant = t.tenant
-          AND j.run_at <= coalesce(%(now)s::timestamptz, now())
-          AND (j.lock_key IS NULL OR NOT EXISTS (
-                SELECT 1 FROM pgtasks.jobs r
-                WHERE r.lock_key = j.lock_key AND r.status = 'running'))
-        ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
+        SELECT l.*, row_number() OVER () AS turn
+        FROM (
+            SELECT j.id, j.priority, j.run_at, j.lock_key
+            FROM pgtasks.jobs j
+            WHERE j.status = 'queued' AND j.queue = t.queue AND j.tenant = t.tenant
+              AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+              AND (j.lock_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM pgtasks.jobs r
+                    WHERE r.lock_key = j.lock_key AND r.status = 'running'))
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) l
     ) c
 ),
-ranked AS (
-    SELECT c.id, c.priority, c.run_at, c.lock_key,
-           row_number() OVER (PARTITION BY c.queue, c.tenant
-                              ORDER BY c.priority DESC, c.run_at, c.id) AS turn,
-           row_number() OVER (PARTITION BY c.lock_key
-                              ORDER BY c.priority DESC, c.run_at, c.id) AS lock_turn
-    FROM candidates c
-),
 picked AS (
-    SELECT r.id,
-           row_number() OVER (ORDER BY CASE WHEN %(fair)s::boolean THEN r.turn ELSE 0 END,
-                                       r.priority DESC, r.run_at, r.id) AS claim_order
-    FROM ranked r
-    WHERE r.lock_key IS NULL OR r.lock_turn = 1
-    ORDER BY claim_order
+    -- Fair: first turns of every tenant, then second turns, ...; else priority order.
+    -- At most one job per lock key: the first of its key in priority order (checked only
+    -- for jobs that have a key).
+    -- The ORDER BY repeats the window's, so one sort serves both.
+    SELECT c.id, row_number() OVER w AS claim_order
+    FROM candidates c
+    WHERE c.lock_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM candidates d
+        WHERE d.lock_key = c.lock_key
+          AND (d.priority > c.priority
+               OR (d.priority = c.priority AND (d.run_at, d.id) < (c.run_at, c.id))))
+    WINDOW w AS (ORDER BY CASE WHEN %(fair)s::boolean THEN c.turn ELSE 0 END,
+                          c.priority DESC, c.run_at, c.id)
+    ORDER BY CASE WHEN %(fair)s::boolean THEN c.turn ELSE 0 END, c.priority DESC, c.run_at, c.id
     LIMIT %(limit)s
 ),
 claimed AS (
@@ -228,8 +234,7 @@ claimed AS (
     WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked p)) AND j.status = 'queued'
     RETURNING j.id, j.task_name, j.queue, j.tenant, j.args, j.kwargs, j.headers, j.priority,
               j.attempt, j.max_attempts, j.trigger, j.lock_key, j.unique_key, j.schedule_name,
-              j.scheduled_for, j.parent_id, j.correlation_id, j.started_at,
-              j.retry_on_worker_lost
+              j.scheduled_for, j.parent_id, j.correlation_id
 )
 -- Rows come back in the order they should start (UPDATE ... RETURNING has none).
 SELECT c.* FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.claim_order;
@@ -242,11 +247,17 @@ WHERE status = 'queued' AND queue = ANY(%(queues)s::text[]);
 
 -- name: job_succeed_batch
 -- Record the results of finished jobs, one statement per batch; wakes result waiters on commit.
-WITH done AS (
+-- %(ids)s is a bigint array, %(results)s a JSON array of the results in the same order.
+WITH v AS (
+    SELECT i.id, r.result
+    FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS i(id, n)
+    JOIN jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY AS r(result, n) USING (n)
+),
+done AS (
     UPDATE pgtasks.jobs j
     SET status = 'succeeded', result = v.result,
         finished_at = coalesce(%(now)s::timestamptz, now()), cancel_requested = false
-    FROM unnest(%(ids)s::bigint[], %(results)s::jsonb[]) AS v(id, result)
+    FROM v
     WHERE j.id = v.id AND j.status = 'running' AND j.worker_id = %(worker_id)s
     RETURNING j.id
 )
@@ -464,6 +475,14 @@ LISTEN pgtasks_done;
 -- name: session_setup
 -- Session settings of pgtasks' own connections: JIT off (it costs more than the claim).
 SET jit = off;
+
+-- name: worker_session_setup
+-- Session settings of a worker's connections: JIT off, and generic plans for its prepared
+-- statements (claim, complete, heartbeat: key lookups whose best plan does not depend on
+-- the values). Left on "auto", PostgreSQL kept re-planning the claim on every execution
+-- (0.6 ms of planning against 0.3 ms of execution on an idle queue).
+SET jit = off;
+SET plan_cache_mode = force_generic_plan;
 
 -- name: clock_now
 -- The database clock (workers never use their own).
