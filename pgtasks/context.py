@@ -7,7 +7,7 @@ mirroring Celery's ``self.request`` and ``self.retry()``.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
@@ -17,12 +17,15 @@ if TYPE_CHECKING:
     from pgtasks.app import App
     from pgtasks.task import Task
 
-__all__ = ["JobRuntime", "Request", "TaskContext", "request_from_row"]
+__all__ = ["CLAIM_COLUMNS", "JobRuntime", "Request", "TaskContext", "request_from_claim"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Request:
-    """The job being run (Celery's ``self.request``).
+    """The job being run (Celery's ``self.request``); read it, do not change it.
+
+    Not frozen, like Celery's request: a frozen dataclass pays one
+    ``object.__setattr__`` per field on creation, and a worker creates one per job.
 
     Attributes:
         id: job id (None when the task is called directly, not through a job).
@@ -72,27 +75,68 @@ class Request:
         return self.trigger if self.attempt <= 1 else "retry"
 
 
-def request_from_row(row: Mapping[str, Any], worker_id: str | None) -> Request:
-    """The `Request` of a claimed job row (as ``job_claim_batch`` returns it)."""
+# The columns job_claim_batch returns, in order; `request_from_claim` reads them by position.
+CLAIM_COLUMNS = (
+    "id",
+    "task_name",
+    "queue",
+    "tenant",
+    "args",
+    "kwargs",
+    "headers",
+    "priority",
+    "attempt",
+    "max_attempts",
+    "trigger",
+    "lock_key",
+    "unique_key",
+    "schedule_name",
+    "scheduled_for",
+    "parent_id",
+    "correlation_id",
+)
+
+
+def request_from_claim(row: Sequence[Any], worker_id: str | None) -> Request:
+    """The `Request` of a claimed job: ``row`` holds the `CLAIM_COLUMNS` values in order."""
+    (
+        job_id,
+        task_name,
+        queue,
+        tenant,
+        args,
+        kwargs,
+        headers,
+        priority,
+        attempt,
+        max_attempts,
+        trigger,
+        lock_key,
+        unique_key,
+        schedule_name,
+        scheduled_for,
+        parent_id,
+        correlation_id,
+    ) = row
     return Request(
-        id=int(row["id"]),
-        task_name=row["task_name"],
-        attempt=int(row["attempt"]),
-        max_attempts=int(row["max_attempts"]),
-        trigger=row["trigger"],
-        args=tuple(row["args"]),
-        kwargs=row["kwargs"],
-        queue=row["queue"],
-        tenant=row["tenant"],
-        priority=int(row["priority"]),
-        headers=row["headers"],
-        lock_key=row["lock_key"],
-        unique_key=row["unique_key"],
-        schedule_name=row["schedule_name"],
-        scheduled_for=row["scheduled_for"],
-        parent_id=row["parent_id"],
-        correlation_id=row["correlation_id"],
-        worker_id=worker_id,
+        job_id,
+        task_name,
+        attempt,
+        max_attempts,
+        trigger,
+        tuple(args),
+        kwargs,
+        queue,
+        tenant,
+        priority,
+        headers,
+        lock_key,
+        unique_key,
+        schedule_name,
+        scheduled_for,
+        parent_id,
+        correlation_id,
+        worker_id,
     )
 
 

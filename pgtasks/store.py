@@ -56,8 +56,10 @@ class _JsonbLoader(Loader):
 
     def load(self, data: Buffer) -> Any:
         raw = bytes(data)
-        if raw == b"{}":  # empty headers and kwargs: most jobs have them
+        if raw == b"{}":  # empty headers, args and kwargs: most jobs have some
             return {}
+        if raw == b"[]":
+            return []
         if raw[:1] == b"\x01":  # binary jsonb: version byte, then text
             raw = raw[1:]
         return loads_json(raw)
@@ -65,6 +67,17 @@ class _JsonbLoader(Loader):
 
 class _JsonbBinaryLoader(_JsonbLoader):
     format = psycopg.pq.Format.BINARY
+
+
+def text_array_literal(items: Iterable[str]) -> str:
+    """A PostgreSQL ``text[]`` literal of ``items`` (each double-quoted, ``\\`` and ``"`` escaped).
+
+    For parameters sent again and again (a worker's queues): psycopg adapts a list
+    element by element on every call. Quoting follows "8.15.6. Array Input and
+    Output Syntax" of the PostgreSQL documentation.
+    """
+    quoted = ('"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"' for item in items)
+    return "{" + ",".join(quoted) + "}"
 
 
 def describe_dsn(dsn: str) -> str:
@@ -228,6 +241,22 @@ class Store:
         text = self.queries[name]
         try:
             with self.connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
+                cur.execute(text, params)
+                return cur.fetchall() if cur.description is not None else []
+        except psycopg.Error as exc:
+            raise translate_error(exc) from exc
+
+    def fetch_tuples(
+        self, name: str, params: Params = None, *, conn: AnyConnection | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Run a named query and return every row as a tuple (the worker's hot path).
+
+        Raises:
+            DatabaseError: PostgreSQL refused the statement or the connection broke.
+        """
+        text = self.queries[name]
+        try:
+            with self.connection(conn) as c, c.cursor() as cur:
                 cur.execute(text, params)
                 return cur.fetchall() if cur.description is not None else []
         except psycopg.Error as exc:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import psycopg
+import pytest
+
 import pgtasks
+from pgtasks.context import CLAIM_COLUMNS, Request, request_from_claim
+from pgtasks.store import text_array_literal
 
 
 def _claim(app: pgtasks.App, limit: int, *, fair: bool) -> list[dict[str, object]]:
@@ -41,3 +46,45 @@ def test_strict_claim_follows_priority_then_age(app: pgtasks.App) -> None:
         prio.apply_async((i,), priority=priority, tenant=f"t{i % 2}")
     rows = _claim(app, 5, fair=False)
     assert [r["args"][0] for r in rows] == [1, 3, 2, 0, 4]
+
+
+def test_claim_columns_name_what_the_claim_returns(app: pgtasks.App) -> None:
+    """The worker reads claimed rows by position: CLAIM_COLUMNS must match the query."""
+
+    @app.task(name="order.cols")
+    def cols(i: int) -> int:
+        return i
+
+    cols.apply_async((7,), tenant="t", priority=3, headers={"h": 1})
+    rows = _claim(app, 1, fair=True)
+    assert tuple(rows[0]) == CLAIM_COLUMNS
+    values = tuple(rows[0].values())
+    request = request_from_claim(values, "w-order")
+    assert request == Request(
+        id=rows[0]["id"],
+        task_name="order.cols",
+        attempt=1,
+        max_attempts=rows[0]["max_attempts"],
+        trigger="api",
+        args=(7,),
+        kwargs={},
+        queue="default",
+        tenant="t",
+        priority=3,
+        headers={"h": 1},
+        worker_id="w-order",
+    )
+
+
+@pytest.mark.parametrize(
+    "queues",
+    [
+        ["default"],
+        ['say "hi"', "back\\slash", "a,b", "{braces}", "NULL", " spaced ", "ünï", ""],
+    ],
+)
+def test_text_array_literal_round_trips_through_postgres(
+    conn: psycopg.Connection[tuple[object, ...]], queues: list[str]
+) -> None:
+    row = conn.execute("SELECT %s::text[]", (text_array_literal(queues),)).fetchone()
+    assert row is not None and row[0] == queues

@@ -23,7 +23,7 @@ from pgtasks.queries import QUERIES, parse_queries
 REPO = Path(__file__).resolve().parents[1]
 CORE = REPO / "pgtasks"
 PLUGINS = REPO / "plugins"
-STORE_METHODS = frozenset({"fetch_one", "fetch_all", "execute", "copy_in", "query"})
+STORE_METHODS = frozenset({"fetch_one", "fetch_all", "fetch_tuples", "execute", "copy_in", "query"})
 PREPARABLE = frozenset({"SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "VALUES"})
 UTILITY = frozenset({"COPY", "LISTEN", "UNLISTEN", "CREATE", "ALTER", "DROP", "DO", "SET", "RESET"})
 PLACEHOLDER = re.compile(r"%\((\w+)\)s")

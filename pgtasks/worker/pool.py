@@ -33,7 +33,7 @@ class HeldJob:
     """A claimed job and its run-time state (mutable; decisions guarded by ``lock``).
 
     Args:
-        row: the claimed row (as ``job_claim_batch`` returns it).
+        row: the claimed row (as ``job_claim_batch`` returns it: `CLAIM_COLUMNS`).
         task: the registered task, or None when this worker does not know it.
         request: the job's `Request`.
     """
@@ -56,11 +56,11 @@ class HeldJob:
 
     lock = _STATE_LOCK
 
-    def __init__(self, row: dict[str, Any], task: Task | None, request: Request) -> None:
+    def __init__(self, row: tuple[Any, ...], task: Task | None, request: Request) -> None:
         self.row = row
         self.task = task
         self.request = request
-        self.id: int = row["id"]
+        self.id: int = request.id  # type: ignore[assignment]  # a claimed job always has one
         self.cancelled = False  # cancellation was requested
         self.terminate = False
         self.started = False

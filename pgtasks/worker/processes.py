@@ -27,7 +27,7 @@ from multiprocessing.sharedctypes import Synchronized
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from pgtasks.context import TaskContext, request_from_row
+from pgtasks.context import CLAIM_COLUMNS, TaskContext, request_from_claim
 from pgtasks.errors import NotOwner, SoftTimeLimitExceeded
 from pgtasks.serialization import dumps, loads_json
 from pgtasks.states import JobStatus
@@ -306,8 +306,8 @@ def _child_main(  # noqa: PLR0917 - multiprocessing passes arguments positionall
             return
         if row is None:
             return
-        task = app.tasks[row["task_name"]]
-        request = request_from_row(row, worker_id)
+        task = app.tasks[row[CLAIM_COLUMNS.index("task_name")]]
+        request = request_from_claim(row, worker_id)
         context = TaskContext(task, request, runtime=runtime)
         soft = task.options.soft_time_limit
         if soft:

@@ -29,12 +29,12 @@ from types import FrameType
 from typing import Any
 
 from pgtasks.app import App
-from pgtasks.context import TaskContext, request_from_row
+from pgtasks.context import CLAIM_COLUMNS, TaskContext, request_from_claim
 from pgtasks.errors import DatabaseError, NotOwner, SerializationError, TimeLimitExceeded
 from pgtasks.plugins import call_isolated
 from pgtasks.serialization import dumps
 from pgtasks.states import JobStatus
-from pgtasks.store import Store
+from pgtasks.store import Store, text_array_literal
 from pgtasks.worker.attempt import Success, run_attempt
 from pgtasks.worker.completer import Completer, Completion
 from pgtasks.worker.config import WorkerConfig
@@ -52,6 +52,8 @@ EXIT_OK = 0
 EXIT_FORCED = 130
 UNKNOWN_TASK_DEFER = 60.0  # seconds a job of an unknown task waits before another try
 OUTCOME_NOT_RECORDED = "OUTCOME_NOT_RECORDED"  # error code when PostgreSQL refused an outcome
+_TASK_NAME = CLAIM_COLUMNS.index("task_name")
+_TENANT = CLAIM_COLUMNS.index("tenant")
 
 
 class Worker:
@@ -89,6 +91,8 @@ class Worker:
         self._signals = 0
         self._cursor = ""
         self._low_water = max(self.config.concurrency, self.config.capacity // 2)
+        # The queues as one text[] literal, built once: psycopg adapts a list per call.
+        self._queues = text_array_literal(self.config.queues)
         self._pool: Any = None
         self._completer = Completer(
             self.store,
@@ -247,7 +251,7 @@ class Worker:
 
     def _claim(self, limit: int) -> int:
         params = {
-            "queues": list(self.config.queues),
+            "queues": self._queues,
             "start_tenant": self._cursor,
             "max_tenants": self.config.max_tenants_per_claim,
             "limit": limit,
@@ -256,12 +260,12 @@ class Worker:
             "worker_id": self.id,
         }
         try:
-            rows = self.store.fetch_all("job_claim_batch", params)
+            rows = self.store.fetch_tuples("job_claim_batch", params)
         except DatabaseError as exc:
             if exc.sqlstate != "23505":  # two workers raced for one lock key: claim again
                 raise
-            rows = self.store.fetch_all("job_claim_batch", params)
-        tenants = {r["tenant"] for r in rows}
+            rows = self.store.fetch_tuples("job_claim_batch", params)
+        tenants = {r[_TENANT] for r in rows}
         if len(tenants) >= self.config.max_tenants_per_claim:
             # Many tenants: the next claim starts after the last one served (chr(1)
             # follows any tenant name in the byte order of the "C" collation).
@@ -278,7 +282,7 @@ class Worker:
     def _next_run_at(self) -> tuple[Any, Any]:
         """(earliest run-at of a queued job in our queues or None, database now)."""
         try:
-            row = self.store.fetch_one("job_next_run_at", {"queues": list(self.config.queues), "now": None})
+            row = self.store.fetch_one("job_next_run_at", {"queues": self._queues, "now": None})
         except DatabaseError:
             return None, None
         return (row["run_at"], row["now"]) if row else (None, None)
@@ -301,9 +305,9 @@ class Worker:
         if queue in self.config.queues:
             self._wake.set()
 
-    def _dispatch(self, row: dict[str, Any]) -> None:
-        task = self.app.tasks.get(row["task_name"])
-        request = request_from_row(row, self.id)
+    def _dispatch(self, row: tuple[Any, ...]) -> None:
+        task = self.app.tasks.get(row[_TASK_NAME])
+        request = request_from_claim(row, self.id)
         held = HeldJob(row=row, task=task, request=request)
         if task is None:
             self._unknown_task(held)
