@@ -12,7 +12,6 @@ hook (`PluginMigrations`); `migrate_plugins` applies them.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.metadata
 import inspect
@@ -101,6 +100,8 @@ class PluginManager(pluggy.PluginManager):
         label = name or getattr(plugin, "__name__", None) or type(plugin).__name__
         unknown = self._unknown_hooks(plugin)
         if unknown:
+            import difflib  # only for this message: keeps it out of every worker process
+
             specs = sorted(self._spec_names())
             details = []
             for hook in unknown:

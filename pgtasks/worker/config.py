@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import secrets
 import socket
 from dataclasses import dataclass, field
 
@@ -18,7 +17,7 @@ UNKNOWN_TASK_POLICIES = ("fail", "defer")
 
 def make_worker_id(hostname: str | None = None) -> str:
     """A worker id unique per process start: ``host:pid:random``."""
-    return f"{hostname or socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+    return f"{hostname or socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
 
 
 @dataclass(frozen=True, slots=True)
