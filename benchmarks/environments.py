@@ -8,6 +8,7 @@ changed. A system with no requirements runs in the harness's own interpreter.
 
 from __future__ import annotations
 
+import compileall
 import shutil
 import socket
 import subprocess
@@ -22,6 +23,7 @@ REPO_ROOT = BENCH_DIR.parent
 VENVS_DIR = BENCH_DIR / ".venvs"
 MARKER = ".bench-requirements"
 PIP_TIMEOUT_SECONDS = 900
+PROJECT_PACKAGES = ("pgtasks", "plugins", "benchmarks")
 
 
 class EnvironmentUnavailable(Exception):
@@ -35,6 +37,7 @@ def interpreter_for(spec: SystemSpec, install: bool = True) -> Path:
     fails (the message holds the tail of pip's output).
     """
     if not spec.requirements:
+        compile_project()
         return Path(sys.executable)
     venv = VENVS_DIR / spec.name
     python = venv / "bin" / "python"
@@ -53,6 +56,19 @@ def interpreter_for(spec: SystemSpec, install: bool = True) -> Path:
     )
     marker.write_text(wanted)
     return python
+
+
+def compile_project() -> None:
+    """Byte-compile the project's own packages, as pip does for every installed peer.
+
+    The project runs from its source tree (an editable install), so without this a
+    worker started with ``PYTHONDONTWRITEBYTECODE`` set compiles every module from
+    source at each start, which costs time and about 1.5 MiB of resident memory
+    per process that the peers (compiled at install) do not pay. Up-to-date files
+    are skipped.
+    """
+    for package in PROJECT_PACKAGES:
+        compileall.compile_dir(REPO_ROOT / package, quiet=2)
 
 
 def _run(command: list[str], what: str) -> None:
