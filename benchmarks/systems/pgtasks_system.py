@@ -4,9 +4,10 @@ Enqueue one: ``bench.apply_async(kwargs=..., tenant=...)``, one pooled autocommi
 statement per call (plain ``INSERT ... RETURNING`` with its NOTIFY). Bulk:
 ``bench.delay_many(...)`` in chunks of 50,000, which goes through ``COPY``.
 Workers: 2 ``pgtasks worker`` processes (one per core), threads pool with
-concurrency 8 and prefetch multiplier 16 (claims of up to 128 jobs), LISTEN/NOTIFY
-wake-ups, tenant-fair claims, results stored and heartbeats on; finished jobs kept
-(the default: nothing is purged without ``pgtasks purge``).
+concurrency 8 and prefetch multiplier 32 (claims of up to 256 jobs: the setting
+docs/workers.md gives for short jobs on a small machine), LISTEN/NOTIFY wake-ups,
+tenant-fair claims, results stored and heartbeats on; finished jobs kept (the
+default: nothing is purged without ``pgtasks purge``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from benchmarks.systems.base import Driver, Job, Params, SystemSpec, job_args, m
 
 WORKER_PROCESSES = 2
 CONCURRENCY = int(os.environ.get("BENCH_PGTASKS_CONCURRENCY", "8"))
-PREFETCH = int(os.environ.get("BENCH_PGTASKS_PREFETCH", "16"))
+PREFETCH = int(os.environ.get("BENCH_PGTASKS_PREFETCH", "32"))
 BULK_CHUNK = 50_000
 
 
@@ -61,8 +62,7 @@ class PgtasksDriver(Driver):
 
     def enqueue_bulk(self, jobs: Sequence[Job], tenant: str | None = None) -> None:
         for start in range(0, len(jobs), BULK_CHUNK):
-            chunk = jobs[start : start + BULK_CHUNK]
-            self.app.bulk_apply([self.task.s(k, t).set(tenant=tenant or "") for k, t in chunk])
+            self.task.delay_many(jobs[start : start + BULK_CHUNK], tenant=tenant or "")
 
     def worker_commands(self) -> list[list[str]]:
         command = [
