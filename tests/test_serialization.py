@@ -12,6 +12,7 @@ from importlib import resources
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import orjson
 import psycopg
 import pytest
 
@@ -349,3 +350,39 @@ def test_serialization_error_is_a_type_error_and_pgtasks_error() -> None:
 def test_encode_decode_without_database() -> None:
     for name, value in ROUND_TRIP:
         assert_same(decode(encode(value)), value, name)
+
+
+FLAT_DICTS: list[dict[Any, Any]] = [
+    {"a": 1, "b": "x", "c": 1.5, "d": None, "e": True},
+    {"big": 2**70, "huge_float": 1e16, "nan": math.nan, "neg_zero": -0.0},
+    {"": "", "unicode ✓": "wörld"},
+    {},
+]
+
+
+@pytest.mark.parametrize("value", FLAT_DICTS)
+def test_flat_dict_shortcut_writes_what_the_walk_writes(value: dict[str, Any]) -> None:
+    """dumps skips the walk for flat dicts of plain scalars: same JSON, same value back."""
+    assert dumps(value) == orjson.dumps(encode(value)).decode()
+    assert_same(decode(orjson.loads(dumps(value))), value)
+
+
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        ({"a": "x\x00"}, "value['a']"),
+        ({"\ud800": 1}, "value key"),
+        ({"a\x00": 1}, "value key"),
+        ({"$pgtasks": "tuple", "v": []}, "value['$pgtasks']"),
+        ({1: "a"}, "value[1]"),
+    ],
+)
+def test_flat_dict_shortcut_still_refuses(value: dict[Any, Any], path: str) -> None:
+    with pytest.raises(SerializationError) as caught:
+        dumps(value)
+    assert path in str(caught.value)
+
+
+def test_none_is_stored_as_json_null() -> None:
+    assert dumps(None) == "null"
+    assert decode(orjson.loads(dumps(None))) is None

@@ -427,3 +427,19 @@ def test_request_stop_drains_with_heartbeats_and_hands_back(
     assert [
         (status(conn, i), one(conn, "SELECT attempt FROM pgtasks.jobs WHERE id = %s", (i,))) for i in waiting
     ] == [("queued", 0)] * 3
+
+
+def test_worker_connections_use_generic_plans_and_app_connections_do_not(app: pgtasks.App) -> None:
+    """The claim is re-planned on every execution unless the worker's session asks for generic plans."""
+    worker = Worker(app, queues=("default",))
+    try:
+        with worker.store.connection() as c:
+            row = c.execute("SHOW plan_cache_mode").fetchone()
+            assert row is not None and row[0] == "force_generic_plan"
+            jit = c.execute("SHOW jit").fetchone()
+            assert jit is not None and jit[0] == "off"
+        with app.store.connection() as c:
+            row = c.execute("SHOW plan_cache_mode").fetchone()
+            assert row is not None and row[0] == "auto"
+    finally:
+        worker.store.close()
