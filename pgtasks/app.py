@@ -311,8 +311,14 @@ class App:
         kwargs: dict[str, Any],
         options: Mapping[str, Any],
         base: Mapping[str, Any] | None = None,
+        *,
+        hooked: bool | None = None,
     ) -> dict[str, Any]:
-        """The parameters of one job row: validated options plus the encoded call."""
+        """The parameters of one job row: validated options plus the encoded call.
+
+        ``hooked`` says whether a plugin implements ``pgtasks_before_enqueue``
+        (None: look it up; bulk enqueue looks once per batch).
+        """
         params = dict(base if base is not None else self._option_params(task, options))
         headers_raw = params.pop("_headers")
         opts = task.options
@@ -320,7 +326,9 @@ class App:
             params["lock_key"] = _check_key("lock", resolve_key(opts.lock, args, kwargs))
         if "unique_key" not in options and opts.unique_key is not None:
             params["unique_key"] = _check_key("unique_key", resolve_key(opts.unique_key, args, kwargs))
-        if self.plugin_manager.hook.pgtasks_before_enqueue.get_hookimpls():
+        if hooked is None:
+            hooked = bool(self.plugin_manager.hook.pgtasks_before_enqueue.get_hookimpls())
+        if hooked:
             headers = dict(headers_raw)
             resolved = {
                 "queue": params["queue"],
@@ -400,22 +408,27 @@ class App:
         """
         conn = self._check_connection(connection)
         bases: dict[Hashable, dict[str, Any]] = {}
+        hooked = bool(self.plugin_manager.hook.pgtasks_before_enqueue.get_hookimpls())
         rows = []
+        last: tuple[Any, Any, dict[str, Any]] | None = None  # (task, options, base) of the previous call
         for sig in signatures:
-            key = _options_key(sig)
-            base = bases.get(key)
-            if base is None:
-                base = bases[key] = self._option_params(sig.task, sig.options)
-            rows.append(self._job_params(sig.task, tuple(sig.args), dict(sig.kwargs), sig.options, base))
+            if last is not None and sig.task is last[0] and sig.options is last[1]:
+                base = last[2]  # delay_many: every call shares one options mapping
+            else:
+                key = _options_key(sig)
+                if key not in bases:
+                    bases[key] = self._option_params(sig.task, sig.options)
+                base = bases[key]
+                last = (sig.task, sig.options, base)
+            args, kwargs = tuple(sig.args), dict(sig.kwargs)
+            rows.append(self._job_params(sig.task, args, kwargs, sig.options, base, hooked=hooked))
         if not rows:
             return []
         plain = all(r["unique_key"] is None and r["countdown"] is None and r["eta"] is None for r in rows)
         queues = sorted({r["queue"] for r in rows})
         with self.store.transaction(conn) as tx:
             if plain and len(rows) >= _COPY_THRESHOLD:
-                ids = [
-                    int(r["id"]) for r in self.store.fetch_all("job_ids_reserve", {"n": len(rows)}, conn=tx)
-                ]
+                ids = [r[0] for r in self.store.fetch_tuples("job_ids_reserve", {"n": len(rows)}, conn=tx)]
                 self.store.copy_in(
                     "job_copy_in",
                     (

@@ -22,7 +22,7 @@ def call_task(context: TaskContext) -> Any:
     if task.options.bind:
         args = (context, *args)
     result = task.fn(*args, **context.request.kwargs)
-    if inspect.isawaitable(result):
+    if result is not None and inspect.isawaitable(result):
         return asyncio.run(_await(result))
     return result
 
