@@ -311,6 +311,46 @@ def test_completer_stop_writes_what_is_pending(
     assert [status(conn, i) for i in ids] == ["succeeded", "succeeded"]
 
 
+def test_completer_writes_every_result_added_from_many_threads(
+    app: pgtasks.App, store: Store, conn: psycopg.Connection[Any]
+) -> None:
+    """Pool threads add results concurrently (no lock): each is written exactly once, none waits."""
+    task = app.task(name="t")(lambda: None)
+    ids = [r.id for r in task.delay_many(range(800))]
+    assert sorted(claim(store, "c", None, limit=800)) == sorted(ids)
+    written: list[int] = []
+    completer = Completer(
+        store,
+        "c",
+        batch=50,
+        delay=0.002,
+        on_written=lambda done, lost: written.extend(c.job_id for c in done),
+    )
+    completer.start()
+    chunks = [ids[i::4] for i in range(4)]
+    threads = [
+        threading.Thread(
+            target=lambda chunk=chunk: [completer.add(Completion(i, "t", "null", None, 0.0)) for i in chunk]
+        )
+        for chunk in chunks
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert eventually(lambda: completer.pending() == 0 and len(written) == 800, timeout=10)
+    completer.stop()
+    assert sorted(written) == sorted(ids)
+    assert one(conn, "SELECT count(*) FROM pgtasks.jobs WHERE status = 'succeeded'") == 800
+
+
+def test_completer_stops_at_once_when_idle(store: Store) -> None:
+    completer = Completer(store, "c", batch=10, delay=60.0, on_written=lambda done, lost: None)
+    completer.start()
+    completer.stop(timeout=5)
+    assert not any(t.name == "pgtasks-completer" for t in threading.enumerate())
+
+
 # -- claiming -------------------------------------------------------------------------------------
 
 

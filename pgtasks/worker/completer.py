@@ -8,6 +8,7 @@ and is recovered by the reaper if the worker dies, so no guarantee is weakened.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -77,13 +78,11 @@ class Completer:
         self.batch = batch
         self.delay = delay
         self.on_written = on_written
-        self._pending: list[Completion] = []
-        # A plain lock guards the list; two events wake the writer (something pending,
-        # a full batch). Pool threads only append and, for the first and the
-        # batch-filling result, set an event: cheaper per result than a Condition.
-        self._lock = threading.Lock()
-        self._ready = threading.Event()
-        self._full = threading.Event()
+        # Pool threads append to a deque (atomic, no lock to contend for) and set an
+        # event when the writer may be asleep; the writer drains up to a batch.
+        self._pending: collections.deque[Completion] = collections.deque()
+        self._ready = threading.Event()  # something may be pending
+        self._full = threading.Event()  # a batch is full
         self._stop = False
         self._thread: threading.Thread | None = None
         self.written = 0
@@ -95,12 +94,10 @@ class Completer:
 
     def add(self, completion: Completion) -> None:
         """Queue a result for the next batch."""
-        with self._lock:
-            self._pending.append(completion)
-            n = len(self._pending)
-        if n == 1:
+        self._pending.append(completion)
+        if not self._ready.is_set():
             self._ready.set()
-        if n == self.batch:
+        if len(self._pending) >= self.batch and not self._full.is_set():
             self._full.set()
 
     def pending(self) -> int:
@@ -118,22 +115,24 @@ class Completer:
 
     def _take(self) -> list[Completion] | None:
         """The next batch to write; None once stopped with nothing pending."""
+        pending = self._pending
         while True:
             self._ready.wait()
-            with self._lock:
-                if not self._pending:
-                    if self._stop:
-                        return None
-                    self._ready.clear()
-                    continue
-                short = len(self._pending) < self.batch
-            if short and not self._stop:
+            if not pending:
+                if self._stop:
+                    return None
+                self._ready.clear()
+                if pending or self._stop:  # added or stopped after the test: its set() was lost
+                    self._ready.set()
+                continue
+            if len(pending) < self.batch and not self._stop:
                 self._full.wait(self.delay)  # let results from other threads join
-            with self._lock:
-                taken, self._pending = self._pending[: self.batch], self._pending[self.batch :]
-                self._full.clear()
-                if not self._pending and not self._stop:
-                    self._ready.clear()
+            self._full.clear()
+            taken = [pending.popleft() for _ in range(min(len(pending), self.batch))]
+            if not pending:
+                self._ready.clear()
+                if pending or self._stop:  # see above
+                    self._ready.set()
             return taken
 
     def _run(self) -> None:

@@ -24,11 +24,6 @@ __all__ = ["HeldJob", "ThreadPool", "deliver_pending_exception", "raise_in_threa
 log = logging.getLogger("pgtasks.worker")
 
 
-# One lock for the start/revoke/finish decisions of every held job: the sections are
-# a few attribute writes, so sharing it costs less than a lock (and an event) per job.
-_STATE_LOCK = threading.Lock()
-
-
 class HeldJob:
     """A claimed job and its run-time state (mutable; decisions guarded by ``lock``).
 
@@ -43,6 +38,7 @@ class HeldJob:
         "finished",
         "hard_limit_fired",
         "id",
+        "lock",
         "request",
         "revoked",
         "row",
@@ -54,13 +50,14 @@ class HeldJob:
         "thread_id",
     )
 
-    lock = _STATE_LOCK
-
     def __init__(self, row: tuple[Any, ...], task: Task | None, request: Request) -> None:
         self.row = row
         self.task = task
         self.request = request
         self.id: int = request.id  # type: ignore[assignment]  # a claimed job always has one
+        # Start, revoke and finish are decided under this lock. One per job: a lock
+        # shared by all jobs was contended by the pool threads.
+        self.lock = threading.Lock()
         self.cancelled = False  # cancellation was requested
         self.terminate = False
         self.started = False

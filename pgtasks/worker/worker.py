@@ -67,7 +67,6 @@ class Worker:
     Attributes:
         started: set once the worker is registered and claiming.
         stopped: set once it has shut down.
-        processed: attempts finished by this worker (any outcome).
     """
 
     def __init__(self, app: App, config: WorkerConfig | None = None, **overrides: Any) -> None:
@@ -82,12 +81,17 @@ class Worker:
         )
         self.started = threading.Event()
         self.stopped = threading.Event()
-        self.processed = 0
+        # Finished attempts, counted per thread (only the owning thread writes its
+        # counter), so the pool threads share no lock for it; `processed` sums them.
+        self._counts: list[list[int]] = []
+        self._counts_lock = threading.Lock()
+        self._local = threading.local()
         self._stopping = threading.Event()
         self._stop_reason = "signal"
         self._wake = threading.Event()
+        # Held jobs by id. Only single dict operations touch it (atomic in CPython), so
+        # the claim loop and the pool threads share no lock for it.
         self._held: dict[int, HeldJob] = {}
-        self._held_lock = threading.Lock()
         self._signals = 0
         self._cursor = ""
         self._low_water = max(self.config.concurrency, self.config.capacity // 2)
@@ -219,8 +223,7 @@ class Worker:
     # -- claiming ------------------------------------------------------------------
 
     def _held_jobs(self) -> list[HeldJob]:
-        with self._held_lock:
-            return list(self._held.values())
+        return list(self._held.values())
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
@@ -312,8 +315,7 @@ class Worker:
         if task is None:
             self._unknown_task(held)
             return
-        with self._held_lock:
-            self._held[held.id] = held
+        self._held[held.id] = held
         self._pool.submit(held)
 
     def _unknown_task(self, held: HeldJob) -> None:
@@ -375,15 +377,26 @@ class Worker:
             else:
                 self._write_outcome(held, outcome)
         finally:
-            with self._held_lock:
-                self._held.pop(held.id, None)
-                self.processed += 1
-                low = len(self._held) <= self._low_water
-            if low and not self._wake.is_set():
+            self._held.pop(held.id, None)
+            self._count_finished()
+            if len(self._held) <= self._low_water and not self._wake.is_set():
                 self._wake.set()
             limit = self.config.max_tasks_per_child
             if limit is not None and self.config.pool == "threads" and self.processed >= limit:
                 self.request_stop("max-tasks")
+
+    @property
+    def processed(self) -> int:
+        """Attempts finished by this worker (any outcome)."""
+        return sum(c[0] for c in self._counts)
+
+    def _count_finished(self) -> None:
+        counter = getattr(self._local, "counter", None)
+        if counter is None:
+            counter = self._local.counter = [0]
+            with self._counts_lock:  # once per thread
+                self._counts.append(counter)
+        counter[0] += 1
 
     def _write_outcome(self, held: HeldJob, outcome: Outcome) -> None:
         """Store how an attempt ended; an outcome PostgreSQL refuses fails the job instead.
@@ -631,6 +644,5 @@ class Worker:
             log.info("handed back %d job(s) (%s)", len(rows), why)
         except DatabaseError as exc:
             log.warning("could not hand back jobs %s (%s); they will be recovered by lease", ids, exc)
-        with self._held_lock:
-            for i in ids:
-                self._held.pop(i, None)
+        for i in ids:
+            self._held.pop(i, None)
