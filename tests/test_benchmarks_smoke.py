@@ -95,3 +95,29 @@ def test_report_names_the_command_machine_and_server_settings(
         assert setting in markdown, setting
     latency = results["systems"]["raw"]["runs"]["latency"][0]["result"]  # type: ignore[index]
     assert latency["p50_ms"] <= latency["p95_ms"] <= latency["p99_ms"]
+
+
+def test_cpu_probe_reports_both_sides_for_each_system() -> None:
+    """``python -m benchmarks.cpu`` runs real workers and splits their CPU per job.
+
+    5,000 jobs: CPU time is read in clock ticks (10 ms), so a smaller run can show 0.
+    """
+    command = [sys.executable, "-m", "benchmarks.cpu", "--jobs", "5000", "--reps", "1", "--dsn", DSN]
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for system in SYSTEMS:
+        match = re.search(
+            rf"^{system}\s+([0-9,]+) jobs/s\s+workers\s+([0-9.]+) µs\s+PostgreSQL backends\s+([0-9.]+) µs",
+            done.stdout,
+            flags=re.MULTILINE,
+        )
+        assert match, done.stdout
+        rate, workers, backends = (float(g.replace(",", "")) for g in match.groups())
+        assert rate > 0 and workers > 0 and backends > 0, match.group(0)
+
+
+def test_cpu_probe_refuses_unknown_systems() -> None:
+    command = [sys.executable, "-m", "benchmarks.cpu", "--systems", "celery", "--dsn", DSN]
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "--systems" in done.stderr
