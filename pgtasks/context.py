@@ -75,19 +75,20 @@ class Request:
         return self.trigger if self.attempt <= 1 else "retry"
 
 
-# The columns job_claim_batch returns, in order; `request_from_claim` reads them by position.
+# The columns job_claim_batch returns, in order: the fields of `Request` but the last
+# (worker_id), so `request_from_claim` builds one by position.
 CLAIM_COLUMNS = (
     "id",
     "task_name",
-    "queue",
-    "tenant",
-    "args",
-    "kwargs",
-    "headers",
-    "priority",
     "attempt",
     "max_attempts",
     "trigger",
+    "args",
+    "kwargs",
+    "queue",
+    "tenant",
+    "priority",
+    "headers",
     "lock_key",
     "unique_key",
     "schedule_name",
@@ -99,45 +100,9 @@ CLAIM_COLUMNS = (
 
 def request_from_claim(row: Sequence[Any], worker_id: str | None) -> Request:
     """The `Request` of a claimed job: ``row`` holds the `CLAIM_COLUMNS` values in order."""
-    (
-        job_id,
-        task_name,
-        queue,
-        tenant,
-        args,
-        kwargs,
-        headers,
-        priority,
-        attempt,
-        max_attempts,
-        trigger,
-        lock_key,
-        unique_key,
-        schedule_name,
-        scheduled_for,
-        parent_id,
-        correlation_id,
-    ) = row
-    return Request(
-        job_id,
-        task_name,
-        attempt,
-        max_attempts,
-        trigger,
-        tuple(args),
-        kwargs,
-        queue,
-        tenant,
-        priority,
-        headers,
-        lock_key,
-        unique_key,
-        schedule_name,
-        scheduled_for,
-        parent_id,
-        correlation_id,
-        worker_id,
-    )
+    job_id, task_name, attempt, max_attempts, trigger, args, *rest = row
+    # rest: Request's next fields in order (tests/test_claim_order.py checks CLAIM_COLUMNS).
+    return Request(job_id, task_name, attempt, max_attempts, trigger, tuple(args), *rest, worker_id)  # type: ignore[call-arg]
 
 
 class JobRuntime(Protocol):

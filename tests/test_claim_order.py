@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import psycopg
 import pytest
 
@@ -58,6 +60,7 @@ def test_claim_columns_name_what_the_claim_returns(app: pgtasks.App) -> None:
     cols.apply_async((7,), tenant="t", priority=3, headers={"h": 1})
     rows = _claim(app, 1, fair=True)
     assert tuple(rows[0]) == CLAIM_COLUMNS
+    assert (*CLAIM_COLUMNS, "worker_id") == tuple(f.name for f in dataclasses.fields(Request))
     values = tuple(rows[0].values())
     request = request_from_claim(values, "w-order")
     assert request == Request(

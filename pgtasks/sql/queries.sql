@@ -232,9 +232,10 @@ claimed AS (
         started_at = coalesce(%(now)s::timestamptz, now()),
         heartbeat_at = coalesce(%(now)s::timestamptz, now())
     WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked p)) AND j.status = 'queued'
-    RETURNING j.id, j.task_name, j.queue, j.tenant, j.args, j.kwargs, j.headers, j.priority,
-              j.attempt, j.max_attempts, j.trigger, j.lock_key, j.unique_key, j.schedule_name,
-              j.scheduled_for, j.parent_id, j.correlation_id
+    -- In the order of pgtasks.context.CLAIM_COLUMNS (the worker reads them by position).
+    RETURNING j.id, j.task_name, j.attempt, j.max_attempts, j.trigger, j.args, j.kwargs,
+              j.queue, j.tenant, j.priority, j.headers, j.lock_key, j.unique_key,
+              j.schedule_name, j.scheduled_for, j.parent_id, j.correlation_id
 )
 -- Rows come back in the order they should start (UPDATE ... RETURNING has none).
 SELECT c.* FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.claim_order;
