@@ -227,10 +227,14 @@ claimed AS (
     -- id = ANY(ARRAY(...)) makes the picked ids one array computed once, so the UPDATE
     -- probes the primary key; a join to picked let the planner hash-join a sequential
     -- scan of every queued job instead.
+    -- started_at is the database clock when the row is claimed (clock_timestamp), not
+    -- when the statement's transaction began (now()): under load the two can be
+    -- milliseconds apart, and a job claimed right after another job with its lock key
+    -- finished must not appear to have started before that one ended.
     UPDATE pgtasks.jobs j
     SET status = 'running', attempt = j.attempt + 1, worker_id = %(worker_id)s,
-        started_at = coalesce(%(now)s::timestamptz, now()),
-        heartbeat_at = coalesce(%(now)s::timestamptz, now())
+        started_at = coalesce(%(now)s::timestamptz, clock_timestamp()),
+        heartbeat_at = coalesce(%(now)s::timestamptz, clock_timestamp())
     WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked p)) AND j.status = 'queued'
     -- In the order of pgtasks.context.CLAIM_COLUMNS (the worker reads them by position).
     RETURNING j.id, j.task_name, j.attempt, j.max_attempts, j.trigger, j.args, j.kwargs,
