@@ -21,10 +21,10 @@ from pgtasks.serialization import dumps
 from pgtasks.settings import Settings
 from pgtasks.store import AnyConnection, Store
 from pgtasks.task import (
-    UNLIMITED_ATTEMPTS,
     Signature,
     Task,
     TaskOptions,
+    attempts_allowed,
     check_countdown,
     check_eta,
     check_priority,
@@ -278,9 +278,7 @@ class App:
             raise ConfigurationError("give countdown or eta, not both")
         countdown = None if countdown is None else check_countdown(countdown)
         eta = None if eta is None else check_eta(eta)
-        max_retries = options.get("max_retries", opts.max_retries)
-        if max_retries is not None and (type(max_retries) is not int or max_retries < 0):
-            raise ConfigurationError(f"max_retries must be None or an int >= 0, got {max_retries!r}")
+        max_attempts = attempts_allowed(options.get("max_retries", opts.max_retries))
         headers = options.get("headers") or {}
         if not isinstance(headers, Mapping):
             raise ConfigurationError(f"headers must be a dict, got {type(headers).__name__}")
@@ -293,9 +291,7 @@ class App:
             "tenant": tenant,
             "headers": dumps(dict(headers), "headers") if headers else "{}",
             "priority": priority,
-            "max_attempts": UNLIMITED_ATTEMPTS
-            if max_retries is None
-            else min(max_retries + 1, UNLIMITED_ATTEMPTS),
+            "max_attempts": max_attempts,
             "countdown": countdown,
             "eta": eta,
             "lock_key": options.get("lock"),
@@ -310,24 +306,23 @@ class App:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         options: Mapping[str, Any],
-        base: Mapping[str, Any] | None = None,
+        base: Mapping[str, Any],
         *,
-        hooked: bool | None = None,
+        hooked: bool,
     ) -> dict[str, Any]:
-        """The parameters of one job row: validated options plus the encoded call.
+        """The parameters of one job row: the validated options plus the encoded call.
 
-        ``hooked`` says whether a plugin implements ``pgtasks_before_enqueue``
-        (None: look it up; bulk enqueue looks once per batch).
+        ``base`` is `_option_params` of (task, options); ``hooked`` says whether a plugin
+        implements ``pgtasks_before_enqueue`` (`_before_enqueue_hooked`; bulk enqueue
+        looks once per batch).
         """
-        params = dict(base if base is not None else self._option_params(task, options))
+        params = dict(base)
         headers_raw = params.pop("_headers")
         opts = task.options
         if "lock" not in options and opts.lock is not None:
             params["lock_key"] = _check_key("lock", resolve_key(opts.lock, args, kwargs))
         if "unique_key" not in options and opts.unique_key is not None:
             params["unique_key"] = _check_key("unique_key", resolve_key(opts.unique_key, args, kwargs))
-        if hooked is None:
-            hooked = bool(self.plugin_manager.hook.pgtasks_before_enqueue.get_hookimpls())
         if hooked:
             headers = dict(headers_raw)
             resolved = {
@@ -347,6 +342,10 @@ class App:
         params["kwargs"] = dumps(kwargs, "kwargs") if kwargs else "{}"
         return params
 
+    def _before_enqueue_hooked(self) -> bool:
+        """Whether a plugin implements ``pgtasks_before_enqueue``."""
+        return bool(self.plugin_manager.hook.pgtasks_before_enqueue.get_hookimpls())
+
     @staticmethod
     def _check_connection(conn: object) -> AnyConnection | None:
         if conn is None:
@@ -362,7 +361,8 @@ class App:
     ) -> AsyncResult:
         """Write one job (what `Task.apply_async` calls); see there for arguments and errors."""
         conn = self._check_connection(options.get("connection"))
-        params = self._job_params(task, args, kwargs, options)
+        base = self._option_params(task, options)
+        params = self._job_params(task, args, kwargs, options, base, hooked=self._before_enqueue_hooked())
         params.update(
             trigger=options.get("_trigger", "api"),
             schedule_name=options.get("_schedule_name"),
@@ -407,8 +407,11 @@ class App:
             ConfigurationError, SerializationError: nothing is written.
         """
         conn = self._check_connection(connection)
-        bases: dict[Hashable, dict[str, Any]] = {}
-        hooked = bool(self.plugin_manager.hook.pgtasks_before_enqueue.get_hookimpls())
+        # Validated options per (task, options): keyed by content, or by identity when an
+        # option is unhashable; each entry keeps its options object alive, so an id in a
+        # key cannot be reused by another signature's options during the loop.
+        bases: dict[Hashable, tuple[Mapping[str, Any], dict[str, Any]]] = {}
+        hooked = self._before_enqueue_hooked()
         rows = []
         last: tuple[Any, Any, dict[str, Any]] | None = None  # (task, options, base) of the previous call
         for sig in signatures:
@@ -417,8 +420,8 @@ class App:
             else:
                 key = _options_key(sig)
                 if key not in bases:
-                    bases[key] = self._option_params(sig.task, sig.options)
-                base = bases[key]
+                    bases[key] = (sig.options, self._option_params(sig.task, sig.options))
+                base = bases[key][1]
                 last = (sig.task, sig.options, base)
             args, kwargs = tuple(sig.args), dict(sig.kwargs)
             rows.append(self._job_params(sig.task, args, kwargs, sig.options, base, hooked=hooked))

@@ -96,8 +96,7 @@ class TaskOptions:
             raise ConfigurationError(f"task name must be a non-empty string without NUL, got {self.name!r}")
         _check_queue(self.queue)
         _check_priority(self.priority)
-        if self.max_retries is not None and (type(self.max_retries) is not int or self.max_retries < 0):
-            raise ConfigurationError(f"max_retries must be None or an int >= 0, got {self.max_retries!r}")
+        attempts_allowed(self.max_retries)  # validates
         for exc in self.autoretry_for:
             if not (isinstance(exc, type) and issubclass(exc, BaseException)):
                 raise ConfigurationError(f"autoretry_for must hold exception classes, got {exc!r}")
@@ -118,9 +117,20 @@ class TaskOptions:
     @property
     def max_attempts(self) -> int:
         """Attempts allowed in all: ``max_retries + 1`` (or unlimited)."""
-        if self.max_retries is None:
-            return UNLIMITED_ATTEMPTS
-        return min(self.max_retries + 1, UNLIMITED_ATTEMPTS)
+        return attempts_allowed(self.max_retries)
+
+
+def attempts_allowed(max_retries: object) -> int:
+    """Attempts allowed in all for Celery's ``max_retries``: ``max_retries + 1``, or unlimited for None.
+
+    Raises:
+        ConfigurationError: ``max_retries`` is neither None nor an int >= 0.
+    """
+    if max_retries is None:
+        return UNLIMITED_ATTEMPTS
+    if type(max_retries) is not int or max_retries < 0:
+        raise ConfigurationError(f"max_retries must be None or an int >= 0, got {max_retries!r}")
+    return min(max_retries + 1, UNLIMITED_ATTEMPTS)
 
 
 def _check_queue(queue: object) -> None:

@@ -249,6 +249,15 @@ def test_bulk_mixing_tasks_and_options(app: pgtasks.App, task: pgtasks.Task) -> 
     assert (jobs[-1].priority, jobs[-1].tenant, jobs[-1].queue) == (0, "", "misc")
 
 
+def test_bulk_from_a_generator_keeps_each_signatures_own_options(
+    app: pgtasks.App, task: pgtasks.Task
+) -> None:
+    """Signatures made and dropped one by one (unhashable headers: options cached by identity)."""
+    results = app.bulk_apply(task.s(i).set(headers={"n": i}, priority=i % 3) for i in range(300))
+    jobs = [app.get_job(r.id) for r in results]
+    assert [(j.args[0], j.headers, j.priority) for j in jobs] == [(i, {"n": i}, i % 3) for i in range(300)]
+
+
 class _Rollback(Exception):
     pass
 
