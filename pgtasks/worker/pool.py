@@ -14,7 +14,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from pgtasks.context import Request
 from pgtasks.task import Task
@@ -28,7 +27,6 @@ class HeldJob:
     """A claimed job and its run-time state (mutable; decisions guarded by ``lock``).
 
     Args:
-        row: the claimed row (as ``job_claim_batch`` returns it: `CLAIM_COLUMNS`).
         task: the registered task, or None when this worker does not know it.
         request: the job's `Request`.
     """
@@ -41,7 +39,6 @@ class HeldJob:
         "lock",
         "request",
         "revoked",
-        "row",
         "soft_limit_fired",
         "started",
         "started_at",
@@ -50,8 +47,7 @@ class HeldJob:
         "thread_id",
     )
 
-    def __init__(self, row: tuple[Any, ...], task: Task | None, request: Request) -> None:
-        self.row = row
+    def __init__(self, task: Task | None, request: Request) -> None:
         self.task = task
         self.request = request
         self.id: int = request.id  # type: ignore[assignment]  # a claimed job always has one

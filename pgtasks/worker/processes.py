@@ -27,7 +27,7 @@ from multiprocessing.sharedctypes import Synchronized
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from pgtasks.context import CLAIM_COLUMNS, TaskContext, request_from_claim
+from pgtasks.context import TaskContext
 from pgtasks.errors import NotOwner, SoftTimeLimitExceeded
 from pgtasks.serialization import dumps, loads_json
 from pgtasks.states import JobStatus
@@ -160,7 +160,7 @@ class ProcessPool:
         if held.cancelled:
             slot.cancel_flag.value = 1
         try:
-            slot.conn.send(held.row)
+            slot.conn.send(held.request)
             while True:
                 if slot.conn.poll(0.05):
                     reply = slot.conn.recv()
@@ -301,13 +301,12 @@ def _child_main(  # noqa: PLR0917 - multiprocessing passes arguments positionall
     done = 0
     while True:
         try:
-            row = conn.recv()
+            request = conn.recv()
         except EOFError:
             return
-        if row is None:
+        if request is None:
             return
-        task = app.tasks[row[CLAIM_COLUMNS.index("task_name")]]
-        request = request_from_claim(row, worker_id)
+        task = app.tasks[request.task_name]
         context = TaskContext(task, request, runtime=runtime)
         soft = task.options.soft_time_limit
         if soft:

@@ -311,7 +311,7 @@ class Worker:
     def _dispatch(self, row: tuple[Any, ...]) -> None:
         task = self.app.tasks.get(row[_TASK_NAME])
         request = request_from_claim(row, self.id)
-        held = HeldJob(row=row, task=task, request=request)
+        held = HeldJob(task=task, request=request)
         if task is None:
             self._unknown_task(held)
             return
