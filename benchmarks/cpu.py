@@ -28,21 +28,10 @@ from typing import Any
 from benchmarks import pg
 from benchmarks.cli import DEFAULT_DSN
 from benchmarks.environments import compile_project
-from benchmarks.systems.base import Params, process_tree, progress_count
+from benchmarks.systems.base import Params, cpu_seconds, process_tree, progress_count
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SYSTEMS = ("pgtasks", "raw")  # the ones that run in the project's interpreter
 POLL_SECONDS = 0.005
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of one process (0 when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def _backend_pids(conn: Any, dbname: str) -> list[int]:

@@ -190,14 +190,30 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
-def start_time(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot (None when it is gone)."""
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (from ``state``), or None.
+
+    Field ``i`` here is field ``i + 3`` of proc(5): the command name, in parentheses,
+    may hold spaces, so the split starts after its closing parenthesis.
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read()
     except OSError:
         return None
-    return int(stat[stat.rfind(b")") + 2 :].split()[19])
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (None when it is gone)."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process (0 when it is gone)."""
+    fields = _stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else 0.0
 
 
 def rss_bytes(pid: int) -> int:
