@@ -18,13 +18,13 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql as psql
 from psycopg.adapt import Loader
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import dict_row
+from psycopg.rows import RowFactory, dict_row, tuple_row
 from psycopg_pool import ConnectionPool
 
 from pgtasks.errors import ConnectionFailed, DatabaseError
@@ -36,6 +36,7 @@ __all__ = ["Row", "Store", "describe_dsn", "translate_error"]
 log = logging.getLogger("pgtasks.store")
 
 Row = dict[str, Any]
+T = TypeVar("T")
 Params = Mapping[str, Any] | None
 AnyConnection = psycopg.Connection[Any]
 
@@ -238,13 +239,7 @@ class Store:
         Raises:
             DatabaseError: PostgreSQL refused the statement or the connection broke.
         """
-        text = self.queries[name]
-        try:
-            with self.connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
-                cur.execute(text, params)
-                return cur.fetchall() if cur.description is not None else []
-        except psycopg.Error as exc:
-            raise translate_error(exc) from exc
+        return self._fetch(name, params, conn, dict_row)
 
     def fetch_tuples(
         self, name: str, params: Params = None, *, conn: AnyConnection | None = None
@@ -254,9 +249,14 @@ class Store:
         Raises:
             DatabaseError: PostgreSQL refused the statement or the connection broke.
         """
+        return self._fetch(name, params, conn, tuple_row)
+
+    def _fetch(
+        self, name: str, params: Params, conn: AnyConnection | None, row_factory: RowFactory[T]
+    ) -> list[T]:
         text = self.queries[name]
         try:
-            with self.connection(conn) as c, c.cursor() as cur:
+            with self.connection(conn) as c, c.cursor(row_factory=row_factory) as cur:
                 cur.execute(text, params)
                 return cur.fetchall() if cur.description is not None else []
         except psycopg.Error as exc:

@@ -121,19 +121,20 @@ class Completer:
             if not pending:
                 if self._stop:
                     return None
-                self._ready.clear()
-                if pending or self._stop:  # added or stopped after the test: its set() was lost
-                    self._ready.set()
+                self._clear_ready_if_empty()
                 continue
             if len(pending) < self.batch and not self._stop:
                 self._full.wait(self.delay)  # let results from other threads join
             self._full.clear()
             taken = [pending.popleft() for _ in range(min(len(pending), self.batch))]
-            if not pending:
-                self._ready.clear()
-                if pending or self._stop:  # see above
-                    self._ready.set()
+            self._clear_ready_if_empty()
             return taken
+
+    def _clear_ready_if_empty(self) -> None:
+        if not self._pending:
+            self._ready.clear()
+            if self._pending or self._stop:  # added or stopped meanwhile: its set() was lost
+                self._ready.set()
 
     def _run(self) -> None:
         while (items := self._take()) is not None:
