@@ -31,7 +31,7 @@ from pgtasks.errors import ConnectionFailed, DatabaseError
 from pgtasks.queries import QUERIES
 from pgtasks.serialization import loads_json
 
-__all__ = ["Row", "Store", "describe_dsn", "translate_error"]
+__all__ = ["Row", "Store", "bigint_array_literal", "describe_dsn", "text_array_literal", "translate_error"]
 
 log = logging.getLogger("pgtasks.store")
 
@@ -79,6 +79,12 @@ def text_array_literal(items: Iterable[str]) -> str:
     """
     quoted = ('"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"' for item in items)
     return "{" + ",".join(quoted) + "}"
+
+
+def bigint_array_literal(ids: Iterable[int]) -> str:
+    """A PostgreSQL ``bigint[]`` literal of ``ids``: one string where psycopg would adapt a
+    list element by element."""
+    return "{" + ",".join([str(i) for i in ids]) + "}"
 
 
 def describe_dsn(dsn: str) -> str:

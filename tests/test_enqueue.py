@@ -136,9 +136,9 @@ def test_notify_reaches_listener_only_after_commit(
 ) -> None:
     with psycopg.connect(dsn, autocommit=True) as caller:
         with caller.transaction():
-            task.apply_async(args=(1,), connection=caller)
+            job_id = task.apply_async(args=(1,), connection=caller).id
             assert _notifications_until_marker(listener, dsn, "before-commit") == []
-        assert _notifications_until_marker(listener, dsn, "after-commit") == ["ocr"]
+        assert _notifications_until_marker(listener, dsn, "after-commit") == [f"ocr:{job_id}"]
 
 
 def test_rolled_back_enqueue_sends_no_notification(
@@ -154,9 +154,19 @@ def test_rolled_back_enqueue_sends_no_notification(
 def test_enqueue_without_connection_notifies_at_once(
     task: pgtasks.Task, listener: psycopg.Connection[Any], dsn: str
 ) -> None:
-    task.delay(1)
-    task.apply_async(args=(2,), queue="urgent")
-    assert _notifications_until_marker(listener, dsn, "m") == ["ocr", "urgent"]
+    first = task.delay(1).id
+    second = task.apply_async(args=(2,), queue="urgent").id
+    third = task.apply_async(args=(3,), queue="mail:high", countdown=60, unique_key="u3").id
+    bulk = task.delay_many([4, 5])
+    assert len(bulk) == 2
+    # One job names itself (queue:id, so an idle worker can claim it by id); a bulk
+    # enqueue wakes its queue once.
+    assert _notifications_until_marker(listener, dsn, "m") == [
+        f"ocr:{first}",
+        f"urgent:{second}",
+        f"mail:high:{third}",
+        "ocr",
+    ]
 
 
 def test_connection_of_wrong_type_is_refused(

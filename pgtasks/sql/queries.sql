@@ -42,13 +42,14 @@ SELECT to_regclass('pgtasks.migrations') IS NOT NULL AS present;
 
 -- name: job_insert
 -- Enqueue one plain job (due now, no keys, trigger api: the common case, kept minimal);
--- wakes workers of its queue on commit.
+-- wakes workers of its queue on commit. The payload "queue:id" names the job, so an idle
+-- worker can claim it by primary key (job_claim_ids); see pgtasks.worker.hints.
 INSERT INTO pgtasks.jobs (
     task_name, queue, tenant, args, kwargs, headers, priority, max_attempts, retry_on_worker_lost)
 VALUES (
     %(task_name)s, %(queue)s, %(tenant)s, %(args)s::jsonb, %(kwargs)s::jsonb,
     %(headers)s::jsonb, %(priority)s, %(max_attempts)s, %(retry_on_worker_lost)s)
-RETURNING id, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
+RETURNING id, pg_notify('pgtasks_jobs', queue || ':' || id) IS NOT NULL AS notified;
 
 -- name: job_insert_full
 -- Enqueue one job with any of run-at, lock key, trigger and schedule fields, without a
@@ -63,7 +64,7 @@ VALUES (
     coalesce(%(eta)s::timestamptz, now() + make_interval(secs => coalesce(%(countdown)s::float8, 0))),
     %(lock_key)s, %(trigger)s, %(schedule_name)s, %(scheduled_for)s::timestamptz,
     %(parent_id)s::bigint, %(correlation_id)s, %(retry_on_worker_lost)s)
-RETURNING id, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
+RETURNING id, pg_notify('pgtasks_jobs', queue || ':' || id) IS NOT NULL AS notified;
 
 -- name: job_insert_unique
 -- Enqueue one job with a unique key; returns nothing when an unfinished job holds the key.
@@ -80,7 +81,7 @@ VALUES (
     %(retry_on_worker_lost)s)
 ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
 DO NOTHING
-RETURNING id, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
+RETURNING id, pg_notify('pgtasks_jobs', queue || ':' || id) IS NOT NULL AS notified;
 
 -- name: job_insert_many
 -- Enqueue many jobs in one statement (arrays of equal length); rows whose unique key is held are skipped.
@@ -242,6 +243,44 @@ claimed AS (
               j.schedule_name, j.scheduled_for, j.parent_id, j.correlation_id
 )
 -- Rows come back in the order they should start (UPDATE ... RETURNING has none).
+SELECT c.* FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.claim_order;
+
+-- name: job_claim_ids
+-- Claim the named jobs for an idle worker (their ids came with the enqueue notifications):
+-- the rules of job_claim_batch (one of %(queues)s, due, lock key not running elsewhere, at
+-- most one job per lock key, priority order), but each job found by its primary key.
+WITH candidates AS (
+    SELECT j.id, j.priority, j.run_at, j.lock_key
+    FROM pgtasks.jobs j
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = 'queued'
+      AND j.queue = ANY(%(queues)s::text[])
+      AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+      AND (j.lock_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM pgtasks.jobs r
+            WHERE r.lock_key = j.lock_key AND r.status = 'running'))
+    FOR UPDATE SKIP LOCKED
+),
+picked AS (
+    SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS claim_order
+    FROM candidates c
+    WHERE c.lock_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM candidates d
+        WHERE d.lock_key = c.lock_key
+          AND (d.priority > c.priority
+               OR (d.priority = c.priority AND (d.run_at, d.id) < (c.run_at, c.id))))
+),
+claimed AS (
+    -- Sets what job_claim_batch sets; see there for started_at.
+    UPDATE pgtasks.jobs j
+    SET status = 'running', attempt = j.attempt + 1, worker_id = %(worker_id)s,
+        started_at = coalesce(%(now)s::timestamptz, clock_timestamp()),
+        heartbeat_at = coalesce(%(now)s::timestamptz, clock_timestamp())
+    WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked p)) AND j.status = 'queued'
+    -- In the order of pgtasks.context.CLAIM_COLUMNS (the worker reads them by position).
+    RETURNING j.id, j.task_name, j.attempt, j.max_attempts, j.trigger, j.args, j.kwargs,
+              j.queue, j.tenant, j.priority, j.headers, j.lock_key, j.unique_key,
+              j.schedule_name, j.scheduled_for, j.parent_id, j.correlation_id
+)
 SELECT c.* FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.claim_order;
 
 -- name: job_next_run_at

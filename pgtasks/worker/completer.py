@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgtasks.errors import DatabaseError
-from pgtasks.store import Store
+from pgtasks.store import Store, bigint_array_literal
 
 __all__ = ["Completer", "Completion", "succeed_batch_params"]
 
@@ -45,7 +45,7 @@ def succeed_batch_params(
     element by element in Python, a string in one step.
     """
     return {
-        "ids": "{" + ",".join([str(i) for i in ids]) + "}",
+        "ids": bigint_array_literal(ids),
         "results": "[" + ",".join(results_json) + "]",
         "worker_id": worker_id,
         "now": now,

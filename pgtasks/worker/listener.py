@@ -25,7 +25,8 @@ class Listener:
 
     Args:
         store: where to connect.
-        on_jobs: called with the queue name of each "jobs enqueued" notification.
+        on_jobs: called with the payload of each "jobs enqueued" notification (a
+            queue name, or ``queue:id`` for one job; see `pgtasks.worker.hints`).
         on_cancel: called with the job id of each cancellation request.
         on_reconnect: called after the connection was re-established (the worker
             polls then, to pick up anything enqueued while it was down).

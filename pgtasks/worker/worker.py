@@ -34,10 +34,11 @@ from pgtasks.errors import DatabaseError, NotOwner, SerializationError, TimeLimi
 from pgtasks.plugins import call_isolated
 from pgtasks.serialization import dumps
 from pgtasks.states import JobStatus
-from pgtasks.store import Store, text_array_literal
+from pgtasks.store import Store, bigint_array_literal, text_array_literal
 from pgtasks.worker.attempt import Success, run_attempt
 from pgtasks.worker.completer import Completer, Completion
 from pgtasks.worker.config import WorkerConfig
+from pgtasks.worker.hints import WakeHints
 from pgtasks.worker.listener import Listener
 from pgtasks.worker.outcome import Outcome, decide, storable_text
 from pgtasks.worker.pool import HeldJob, ThreadPool, deliver_pending_exception
@@ -97,6 +98,10 @@ class Worker:
         self._low_water = max(self.config.concurrency, self.config.capacity // 2)
         # The queues as one text[] literal, built once: psycopg adapts a list per call.
         self._queues = text_array_literal(self.config.queues)
+        # Jobs named by enqueue notifications, claimed by id while the worker is idle;
+        # a full claim runs at least by this time.monotonic() deadline regardless.
+        self._hints = WakeHints(self.config.queues, max_ids=self.config.capacity)
+        self._full_claim_at = 0.0
         self._pool: Any = None
         self._completer = Completer(
             self.store,
@@ -233,24 +238,36 @@ class Worker:
             # than one job at a time, and the pool has work while a claim is in flight.
             limit = self.config.capacity - held if held <= self._low_water else 0
             claimed = 0
+            named: list[int] | None = None
             if limit > 0:
+                named = self._hints.take(held > 0, full=time.monotonic() >= self._full_claim_at)
                 try:
-                    claimed = self._claim(limit)
+                    claimed = self._claim(limit) if named is None else self._claim_named(named)
                 except DatabaseError as exc:
                     log.warning("claim failed (%s); retrying after %.1fs", exc, self.config.poll_interval)
                     self._wake.wait(self.config.poll_interval)
                     continue
-                if claimed >= limit:
+                if named is None and claimed >= limit:
                     continue  # more may be waiting
-            idle = claimed == 0 and not self._held and self._completer.pending() == 0
             if limit <= 0:  # the buffer is full: a finishing job wakes the loop
                 self._wake.wait(self.config.poll_interval)
                 continue
+            if named is not None and claimed == len(named):
+                # Every named job claimed: what the last full claim learnt about future
+                # jobs still holds, so sleep until its deadline without asking again.
+                self._wake.wait(max(0.0, self._full_claim_at - time.monotonic()))
+                continue
+            idle = claimed == 0 and not self._held and self._completer.pending() == 0
             next_run_at, now = self._next_run_at()
             if self.config.burst and idle and (next_run_at is None or next_run_at > now):
                 self.request_stop("burst-done")
                 break
-            self._wake.wait(self._idle_wait(next_run_at, now))
+            wait = self._idle_wait(next_run_at, now)
+            if named is None:
+                self._full_claim_at = time.monotonic() + wait
+            else:
+                wait = min(wait, max(0.0, self._full_claim_at - time.monotonic()))
+            self._wake.wait(wait)
 
     def _claim(self, limit: int) -> int:
         params = {
@@ -282,6 +299,23 @@ class Worker:
             self._dispatch(row)
         return len(rows)
 
+    def _claim_named(self, ids: list[int]) -> int:
+        """Claim jobs named by notifications (`WakeHints`), by primary key; returns how many."""
+        params = {"ids": bigint_array_literal(ids), "queues": self._queues, "now": None, "worker_id": self.id}
+        try:
+            rows = self.store.fetch_tuples("job_claim_ids", params)
+        except DatabaseError as exc:
+            if exc.sqlstate != "23505":
+                raise
+            # Another worker started a job with the same lock key meanwhile: the full
+            # claim sorts it out, at once.
+            self._hints.want_full()
+            self._wake.set()
+            return 0
+        for row in rows:
+            self._dispatch(row)
+        return len(rows)
+
     def _next_run_at(self) -> tuple[Any, Any]:
         """(earliest run-at of a queued job in our queues or None, database now)."""
         try:
@@ -304,8 +338,8 @@ class Worker:
                 wait = min(wait, until)
         return wait
 
-    def _on_jobs_notified(self, queue: str) -> None:
-        if queue in self.config.queues:
+    def _on_jobs_notified(self, payload: str) -> None:
+        if self._hints.note(payload):
             self._wake.set()
 
     def _dispatch(self, row: tuple[Any, ...]) -> None:
