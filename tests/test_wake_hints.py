@@ -61,6 +61,11 @@ def test_bare_wake_busy_worker_overflow_and_due_poll_mean_a_full_claim() -> None
     for job_id in (1, 2, 3):
         hints.note(f"q:{job_id}")
     assert hints.take(False) is None  # more than one claim by id takes
+    hints.note("q:4")
+    hints.want_full()  # the listener reconnected: notifications may have been lost
+    assert hints.take(False) is None
+    hints.note("q:5")
+    assert hints.take(False) == [5]
 
 
 def test_max_ids_must_be_positive() -> None:

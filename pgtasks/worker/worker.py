@@ -132,7 +132,7 @@ class Worker:
                 self.store,
                 on_jobs=self._on_jobs_notified,
                 on_cancel=self._on_cancel_notified,
-                on_reconnect=self._wake.set,
+                on_reconnect=self._on_listener_reconnected,
             )
 
     def __repr__(self) -> str:
@@ -337,6 +337,11 @@ class Worker:
             if until > 0:
                 wait = min(wait, until)
         return wait
+
+    def _on_listener_reconnected(self) -> None:
+        # Notifications sent while the listener was down are lost: claim in full.
+        self._hints.want_full()
+        self._wake.set()
 
     def _on_jobs_notified(self, payload: str) -> None:
         if self._hints.note(payload):
