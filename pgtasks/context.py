@@ -75,7 +75,7 @@ class Request:
         return self.trigger if self.attempt <= 1 else "retry"
 
 
-# The columns job_claim_batch returns, in order: the fields of `Request` but the last
+# The columns job_claim_batch and job_claim_ids return, in order: the fields of `Request` but the last
 # (worker_id), so `request_from_claim` builds one by position.
 CLAIM_COLUMNS = (
     "id",

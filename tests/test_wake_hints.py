@@ -76,16 +76,17 @@ def test_max_ids_must_be_positive() -> None:
 # -- the claim by id, in PostgreSQL --------------------------------------------------------
 
 
+def _ids_params(ids: list[int], queues: list[str]) -> dict[str, Any]:
+    return {
+        "ids": bigint_array_literal(ids),
+        "queues": text_array_literal(queues),
+        "now": None,
+        "worker_id": WORKER,
+    }
+
+
 def _claim_ids(app: pgtasks.App, ids: list[int], queues: list[str]) -> list[tuple[Any, ...]]:
-    return app.store.fetch_tuples(
-        "job_claim_ids",
-        {
-            "ids": bigint_array_literal(ids),
-            "queues": text_array_literal(queues),
-            "now": None,
-            "worker_id": WORKER,
-        },
-    )
+    return app.store.fetch_tuples("job_claim_ids", _ids_params(ids, queues))
 
 
 def _status(app: pgtasks.App, job_id: int) -> str:
@@ -105,9 +106,10 @@ def test_claim_by_id_returns_the_claim_columns_and_starts_the_job(
     app: pgtasks.App, noop: pgtasks.Task
 ) -> None:
     job = noop.apply_async((5,), tenant="t", priority=2, headers={"h": 1})
-    rows = _claim_ids(app, [job.id], ["q"])
-    assert len(rows) == 1
-    row = dict(zip(CLAIM_COLUMNS, rows[0], strict=True))
+    # The same columns, named as job_claim_batch names them (the worker reads both by position).
+    named = app.store.fetch_all("job_claim_ids", _ids_params([job.id], ["q"]))
+    assert len(named) == 1 and tuple(named[0]) == CLAIM_COLUMNS
+    row = named[0]
     assert row["id"] == job.id and row["attempt"] == 1 and row["args"] == [5]
     assert (row["tenant"], row["priority"], row["headers"]) == ("t", 2, {"h": 1})
     stored = app.get_job(job.id)

@@ -45,3 +45,86 @@ def test_lock_blocked_due_job_does_not_make_the_claim_loop_spin(app: pgtasks.App
         worker.request_stop()
         thread.join(15)
     assert first.status == "succeeded"
+
+
+def _watched(app: pgtasks.App, **config: Any) -> tuple[Worker, threading.Thread, list[tuple[float, str]]]:
+    """A started worker whose claim statements are recorded as (monotonic time, name)."""
+    worker = Worker(app, **config)
+    claims: list[tuple[float, str]] = []
+    original = worker.store.fetch_tuples
+
+    def recording(name: str, params: Any = None, **kw: Any) -> Any:
+        if name.startswith("job_claim"):
+            claims.append((time.monotonic(), name))
+        return original(name, params, **kw)
+
+    worker.store.fetch_tuples = recording  # type: ignore[method-assign]
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    thread.start()
+    assert worker.started.wait(10)
+    return worker, thread, claims
+
+
+def _stop(worker: Worker, thread: threading.Thread) -> None:
+    worker.request_stop()
+    thread.join(15)
+    assert not thread.is_alive()
+
+
+def test_finished_job_on_a_drained_queue_does_not_cost_a_claim(app: pgtasks.App) -> None:
+    @app.task(name="idle.noop", queue="idle")
+    def noop(i: int) -> int:
+        return i
+
+    worker, thread, claims = _watched(app, queues=["idle"], concurrency=2, poll_interval=5.0)
+    try:
+        assert worker._listener is not None
+        eventually(worker._listener.connected.is_set, message="listener connected")
+        eventually(lambda: claims, message="first full claim")
+        for i in range(3):
+            before = len(claims)
+            assert noop.delay(i).get(timeout=10) == i
+            time.sleep(0.3)  # a window in which a needless claim would show, not a wait for a condition
+            # One claim by id per job, nothing after it finished: the queue was drained.
+            assert [name for _, name in claims[before:]] == ["job_claim_ids"]
+    finally:
+        _stop(worker, thread)
+
+
+def test_a_freed_lock_key_lets_its_next_job_start_at_once(app: pgtasks.App) -> None:
+    """The worker that ran a key's job claims the key's next one once the outcome is
+    written, not at the next poll (5 s here)."""
+
+    @app.task(name="idle.locked", queue="idle", lock="one-at-a-time")
+    def locked(i: int) -> int:
+        time.sleep(0.05)
+        return i
+
+    chain = [locked.delay(i) for i in range(3)]
+    worker, thread, _ = _watched(app, queues=["idle"], concurrency=2, poll_interval=5.0, listen=False)
+    started = time.monotonic()
+    try:
+        assert [r.get(timeout=10) for r in chain] == [0, 1, 2]
+        assert time.monotonic() - started < 4.0, "a job of the key waited for the poll"
+    finally:
+        _stop(worker, thread)
+
+
+def test_tenants_beyond_the_claim_bound_are_claimed_as_jobs_finish(app: pgtasks.App) -> None:
+    """A claim that stopped at its tenant bound came back short but left tenants behind:
+    finishing jobs still wake the loop, so no tenant waits for the poll (5 s here)."""
+
+    @app.task(name="idle.tenant", queue="idle")
+    def per_tenant(i: int) -> int:
+        return i
+
+    spread = [per_tenant.apply_async((i,), tenant=f"t{i:02d}") for i in range(12)]
+    worker, thread, _ = _watched(
+        app, queues=["idle"], concurrency=2, poll_interval=5.0, listen=False, max_tenants_per_claim=3
+    )
+    started = time.monotonic()
+    try:
+        assert [r.get(timeout=10) for r in spread] == list(range(12))
+        assert time.monotonic() - started < 4.0, "a tenant waited for the poll"
+    finally:
+        _stop(worker, thread)

@@ -33,6 +33,7 @@ class Completion:
     result_json: str
     result: Any
     runtime: float
+    lock_key: str | None = None  # written, the job frees this key for its next job
 
 
 def succeed_batch_params(

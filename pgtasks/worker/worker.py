@@ -4,7 +4,8 @@ One `Worker` per process. Its threads:
 
 * the claim loop (the thread calling `Worker.run`): claims batches sized to free
   capacity, hands them to the pool, and sleeps until woken by NOTIFY, by a
-  finished job, or by the poll timer (NOTIFY only wakes: polling always runs);
+  finished job that may leave work behind, or by the poll timer (NOTIFY only
+  wakes: polling always runs);
 * the pool (``threads`` or ``processes``) running jobs;
 * the completer writing successful results in batches;
 * the heartbeat (lease and cancellation requests), the reaper, the time-limit
@@ -102,6 +103,9 @@ class Worker:
         # a full claim runs at least by this time.monotonic() deadline regardless.
         self._hints = WakeHints(self.config.queues, max_ids=self.config.capacity)
         self._full_claim_at = 0.0
+        # The last full claim saw every tenant with due jobs and still came back short:
+        # nothing more to claim until a notification, the poll, or a freed lock key.
+        self._drained = False
         self._pool: Any = None
         self._completer = Completer(
             self.store,
@@ -286,6 +290,10 @@ class Worker:
                 raise
             rows = self.store.fetch_tuples("job_claim_batch", params)
         tenants = {r[_TENANT] for r in rows}
+        started_at_first_tenant = not params["start_tenant"]
+        self._drained = (
+            started_at_first_tenant and len(rows) < limit and len(tenants) < self.config.max_tenants_per_claim
+        )
         if len(tenants) >= self.config.max_tenants_per_claim:
             # Many tenants: the next claim starts after the last one served (chr(1)
             # follows any tenant name in the byte order of the "C" collation).
@@ -410,7 +418,12 @@ class Worker:
             if isinstance(outcome, Success):
                 self._completer.add(
                     Completion(
-                        held.id, held.request.task_name, outcome.result_json, outcome.result, outcome.runtime
+                        held.id,
+                        held.request.task_name,
+                        outcome.result_json,
+                        outcome.result,
+                        outcome.runtime,
+                        held.request.lock_key,
                     )
                 )
             else:
@@ -418,11 +431,29 @@ class Worker:
         finally:
             self._held.pop(held.id, None)
             self._count_finished()
-            if len(self._held) <= self._low_water and not self._wake.is_set():
+            if (
+                len(self._held) <= self._low_water
+                and not self._wake.is_set()
+                and self._finish_wakes(held, outcome)
+            ):
                 self._wake.set()
             limit = self.config.max_tasks_per_child
             if limit is not None and self.config.pool == "threads" and self.processed >= limit:
                 self.request_stop("max-tasks")
+
+    def _finish_wakes(self, held: HeldJob, outcome: Success | Outcome) -> bool:
+        """Whether a job finishing (with the buffer at low water) is a reason to claim now.
+
+        It is when the last full claim may have left due jobs behind (it filled its
+        limit, or stopped at its tenant bound), when the job's written outcome freed a
+        lock key (its key's next job may be due; a success frees it once the completer
+        has written it, see `_on_written`), and in burst mode (the loop decides to
+        stop). Otherwise, on a drained queue, a claim would find nothing: new jobs come
+        with a notification, future ones by the poll deadline.
+        """
+        if not self._drained or self.config.burst:
+            return True
+        return held.request.lock_key is not None and not isinstance(outcome, Success)
 
     @property
     def processed(self) -> int:
@@ -549,6 +580,8 @@ class Worker:
                 time.sleep(0.1 * 2**attempt)
 
     def _on_written(self, done: list[Completion], lost: set[int]) -> None:
+        if any(c.lock_key is not None for c in done):
+            self._wake.set()  # their keys' next jobs may be claimed now
         if not self.app.plugin_manager.hook.pgtasks_job_succeeded.get_hookimpls():
             return
         for c in done:
