@@ -18,7 +18,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.systems.base import Driver, Job, Params, SystemSpec, main, run_task
+from benchmarks.systems.base import (
+    Driver,
+    Job,
+    Params,
+    SystemSpec,
+    committed_count,
+    main,
+    record_committed,
+    run_task,
+)
 
 WORKER_PROCESSES = 2
 CLAIM_BATCH = 100
@@ -84,6 +93,10 @@ class RawDriver(Driver):
         row = self.conn.execute(PENDING).fetchone()
         return int(row[0]) if row else 0
 
+    def finished(self) -> int | None:
+        # The workers tally each batch once its COMPLETE has committed (autocommit).
+        return committed_count(self.record_dir)
+
     @classmethod
     def serve_worker(cls, params: Params) -> None:
         import psycopg
@@ -97,6 +110,7 @@ class RawDriver(Driver):
                 for _, args in rows:
                     run_task(args["k"], args["t"])
                 conn.execute(COMPLETE, ([row[0] for row in rows],))
+                record_committed(len(rows))
 
     def close(self) -> None:
         self.conn.close()
