@@ -229,9 +229,13 @@ def test_jobs_sharing_a_lock_never_overlap(
     client: pgtasks.App, conn: psycopg.Connection[Any], wdsn: str, tmp_path: Path
 ) -> None:
     record = client.tasks["w.record"]
-    for i in range(30):
-        for key in ("lock:1", "lock:2"):
-            record.apply_async((i, 0.03), lock=key)
+    # More keys (40) than one worker can hold at once (-c 4 x prefetch 4 = 16, one job per
+    # key): whichever worker starts first, the other finds keys free to claim, so both
+    # run locked jobs however far apart the two processes start. With two keys, the
+    # first worker could run both chains to the end on its own.
+    for i in range(4):
+        for key in range(40):
+            record.apply_async((i, 0.03), lock=f"lock:{key}")
     free = record.delay_many([(i, 0.03) for i in range(40)])
     args = ["-c", "4", "--burst", "--poll-interval", "0.05"]
     with workers(wdsn, tmp_path, args, args) as ws:
