@@ -74,12 +74,11 @@ class WakeHints:
 
         Empties what was noted either way.
         """
+        # Only the claim loop takes, so the deque cannot empty between the check and
+        # the pop; the listener may append meanwhile (taken next time).
         ids: list[int] = []
         while self._ids:
-            try:
-                ids.append(self._ids.popleft())
-            except IndexError:  # pragma: no cover - emptied by a concurrent take
-                break
+            ids.append(self._ids.popleft())
         with self._lock:
             wanted, self._full = self._full, False
         if full or wanted or holding or not ids or len(ids) > self._max_ids:
