@@ -4,6 +4,8 @@
 ``pgtasks worker`` process loads nothing that only the other commands need (rich
 for tables, the scheduler package, croniter and dateutil, the embedded server
 helpers): 4.2 MiB of peak resident memory per worker process on CPython 3.11.
+Once its options are checked, the worker process re-executes itself without the
+command line at all (click, `pgtasks.cli`): see tests/test_worker_launch.py.
 """
 
 from __future__ import annotations
@@ -36,10 +38,22 @@ NOT_IN_A_WORKER = (
     "pgtasks.cli.schedules_cmd",
     "pgtasks.cli.embedded_cmd",
     "pgtasks.cli.migrate_cmd",
+    "pgtasks.cli",
+    "click",
 )
 
+# The app module reports, when the process that imported it exits, which of the
+# watched modules that process had loaded: the worker's image after its re-exec.
 APP_MODULE = """
+import atexit, json, os, sys
 import pgtasks
+
+def _report():
+    watched = json.loads(os.environ["WATCHED_MODULES"])
+    with open(os.environ["LOADED_FILE"], "w") as out:
+        json.dump(sorted(m for m in watched if m in sys.modules), out)
+
+atexit.register(_report)
 
 app = pgtasks.App("lazy-cli", load_entry_points=False)
 
@@ -47,15 +61,6 @@ app = pgtasks.App("lazy-cli", load_entry_points=False)
 @app.task(name="noop", queue="lazy")
 def noop() -> None:
     return None
-"""
-
-# Runs the real entry point; at exit, prints which of the modules above were imported.
-WORKER_SCRIPT = """
-import atexit, json, sys
-watched = json.loads(sys.argv[1])
-atexit.register(lambda: print("LOADED=" + json.dumps(sorted(m for m in watched if m in sys.modules))))
-from pgtasks.cli import main
-main(sys.argv[2:])
 """
 
 
@@ -116,12 +121,20 @@ def test_importing_pgtasks_does_not_import_the_scheduler() -> None:
     assert out.strip() == "[]"
 
 
-def test_a_worker_process_imports_nothing_only_other_commands_need(dsn: str, tmp_path: Path) -> None:
+def _loaded_in_worker(dsn: str, tmp_path: Path, **env_extra: str) -> list[str]:
+    """Run ``pgtasks worker --burst`` as a process; the watched modules its last image had loaded."""
     (tmp_path / "lazy_cli_app.py").write_text(APP_MODULE, encoding="utf-8")
+    loaded_file = tmp_path / "loaded.json"
     args = ["-A", "lazy_cli_app:app", "--dsn", dsn, "-l", "WARNING", "worker", "-Q", "lazy", "--burst"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]),
+        "WATCHED_MODULES": json.dumps(NOT_IN_A_WORKER),
+        "LOADED_FILE": str(loaded_file),
+        **env_extra,
+    }
     proc = subprocess.run(
-        [sys.executable, "-c", WORKER_SCRIPT, json.dumps(NOT_IN_A_WORKER), *args],
+        [sys.executable, "-m", "pgtasks", *args],
         check=False,
         cwd=tmp_path,
         env=env,
@@ -130,5 +143,16 @@ def test_a_worker_process_imports_nothing_only_other_commands_need(dsn: str, tmp
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    loaded = json.loads(proc.stdout.rsplit("LOADED=", 1)[1])
-    assert loaded == []
+    loaded: list[str] = json.loads(loaded_file.read_text(encoding="utf-8"))
+    return loaded
+
+
+def test_a_worker_process_imports_nothing_only_other_commands_need(dsn: str, tmp_path: Path) -> None:
+    assert _loaded_in_worker(dsn, tmp_path) == []
+
+
+def test_a_worker_kept_in_its_first_image_still_has_the_command_line(dsn: str, tmp_path: Path) -> None:
+    # The opt-out (PGTASKS_WORKER_REEXEC=0) runs the worker inside the click command.
+    loaded = _loaded_in_worker(dsn, tmp_path, PGTASKS_WORKER_REEXEC="0")
+    assert {"click", "pgtasks.cli"} <= set(loaded)
+    assert "rich" not in loaded and "pgtasks.scheduler" not in loaded

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from pgtasks.cli.common import AppLoader, configure_logging
+from pgtasks.cli.common import PROCESS_ENTRY_KEY, AppLoader, configure_logging
 from pgtasks.cli.plugins_cmd import PluginCommandGroup
 from pgtasks.errors import PgtasksError
 
@@ -71,6 +71,8 @@ def cli(
 ) -> None:
     """pgtasks: background tasks on PostgreSQL."""
     configure_logging(loglevel)
+    if ctx.obj == PROCESS_ENTRY_KEY:  # set by main(), see there
+        ctx.meta[PROCESS_ENTRY_KEY] = True
     ctx.obj = AppLoader(app_spec=app_spec, dsn=dsn, plugins=plugins)
 
 
@@ -81,7 +83,8 @@ def main(argv: list[str] | None = None) -> Any:
     2 usage error; 130 forced stop by a second signal.
     """
     try:
-        return cli.main(args=argv, prog_name="pgtasks", standalone_mode=True)
+        # The context object marks this as the process's entry point (PROCESS_ENTRY_KEY).
+        return cli.main(args=argv, prog_name="pgtasks", standalone_mode=True, obj=PROCESS_ENTRY_KEY)
     except PgtasksError as exc:  # raised outside click's own handling
         logging.getLogger("pgtasks").debug("error", exc_info=True)
         click.echo(f"Error: {exc}", err=True)

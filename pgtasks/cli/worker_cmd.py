@@ -11,9 +11,10 @@ import logging
 
 import click
 
-from pgtasks.cli.common import AppLoader
+from pgtasks.cli.common import PROCESS_ENTRY_KEY, AppLoader
 from pgtasks.errors import ConfigurationError
-from pgtasks.worker import Worker, WorkerConfig
+from pgtasks.worker import WorkerConfig
+from pgtasks.worker.launch import WorkerLaunch, reexec, reexec_allowed, run
 
 __all__ = ["worker_command"]
 
@@ -98,9 +99,9 @@ def _queues(value: str) -> tuple[str, ...]:
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
     help="Log level (also accepted before the command, as in Celery).",
 )
-@click.pass_obj
+@click.pass_context
 def worker_command(
-    loader: AppLoader,
+    ctx: click.Context,
     queues: str,
     concurrency: int,
     hostname: str | None,
@@ -118,6 +119,7 @@ def worker_command(
     loglevel: str | None,
 ) -> None:
     """Run jobs from the given queues until stopped (SIGTERM/SIGINT: graceful)."""
+    loader: AppLoader = ctx.obj
     if loglevel:
         logging.getLogger().setLevel(loglevel.upper())
     if not loader.app_spec:
@@ -142,11 +144,14 @@ def worker_command(
         )
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
-    worker = Worker(app, config)
-    if beat:  # the worker's own reaper already recovers lost runs
-        from pgtasks.scheduler import SchedulerConfig
-        from pgtasks.scheduler import beat as scheduler_beside
-
-        with scheduler_beside(app, SchedulerConfig(reap=False)):
-            raise SystemExit(worker.run())
-    raise SystemExit(worker.run())
+    launch = WorkerLaunch(
+        app_spec=loader.app_spec,
+        dsn=loader.dsn,
+        plugins=loader.plugins,
+        loglevel=logging.getLevelName(logging.getLogger().level),
+        config=config,
+        beat=beat,
+    )
+    if ctx.meta.get(PROCESS_ENTRY_KEY) and reexec_allowed():
+        reexec(launch)  # the same process goes on without the command line (see launch)
+    raise SystemExit(run(launch, app))

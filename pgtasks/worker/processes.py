@@ -289,7 +289,7 @@ def _child_main(  # noqa: PLR0917 - multiprocessing passes arguments positionall
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGALRM, _on_alarm)
     _die_with_parent()
-    from pgtasks.cli.common import load_app
+    from pgtasks.loader import load_app
     from pgtasks.store import Store
 
     app = load_app(app_spec)
