@@ -248,12 +248,33 @@ def _decode_tagged(tag: str, data: dict[str, Any]) -> Any:
     raise SerializationError("stored value", f"unknown type tag {tag!r}")
 
 
-def _plain_items(items: list[Any]) -> bool:
-    """Whether every item is a scalar that orjson writes exactly as `encode` would."""
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Whether `encode` would return ``value`` unchanged, so orjson can write it as it is.
+
+    True for JSON-native data (None, bool, str without NUL or lone surrogates, int
+    within 64 bits, floats `encode` keeps, lists, dicts with str keys other than the
+    tag) less deep than `encode`'s limit; False sends the value through `encode`,
+    which converts or refuses it. Scalars inside a container are checked in the
+    loop, without a call each: this runs for every argument of every job.
+    """
+    kind = type(value)
+    if kind is list:
+        items: Any = value
+    elif kind is dict:
+        if TAG in value:
+            return False
+        for key in value:
+            if type(key) is not str or "\x00" in key or not (key.isascii() or _encodable_text(key)):
+                return False
+        items = value.values()
+    else:
+        return _plain_scalar(value)
+    if depth >= _MAX_DEPTH:  # items would sit deeper than encode allows (or an empty
+        return False  # container at the limit: encode itself decides)
     for item in items:
         kind = type(item)
         if kind is str:
-            if "\x00" in item or (not item.isascii() and not _encodable_text(item)):
+            if "\x00" in item or not (item.isascii() or _encodable_text(item)):
                 return False
         elif kind is int:
             if not _INT64_MIN <= item <= _INT64_MAX:
@@ -261,9 +282,21 @@ def _plain_items(items: list[Any]) -> bool:
         elif kind is float:
             if _encode_float(item) is not item:
                 return False
-        elif item is not None and kind is not bool:
+        elif item is not None and kind is not bool and not _plain(item, depth + 1):
             return False
     return True
+
+
+def _plain_scalar(value: Any) -> bool:
+    """`_plain` for a value that is not a container."""
+    kind = type(value)
+    if kind is str:
+        return "\x00" not in value and (value.isascii() or _encodable_text(value))
+    if kind is int:
+        return bool(_INT64_MIN <= value <= _INT64_MAX)
+    if kind is float:
+        return _encode_float(value) is value
+    return value is None or kind is bool
 
 
 def _encodable_text(text: str) -> bool:
@@ -283,16 +316,8 @@ def dumps(value: Any, path: str = "value") -> str:
     """
     if value is None:
         return "null"  # tasks that return nothing
-    if type(value) is list and _plain_items(value):
-        return orjson.dumps(value).decode("utf-8")  # the common case: no walk needed
-    if (
-        type(value) is dict
-        and TAG not in value
-        and all(type(k) is str for k in value)
-        and _plain_items(list(value))
-        and _plain_items(list(value.values()))
-    ):
-        return orjson.dumps(value).decode("utf-8")  # a flat dict of scalars, as encode writes it
+    if _plain(value):
+        return orjson.dumps(value).decode("utf-8")  # the common case: nothing to convert
     data = encode(value, path)  # raises SerializationError naming the exact path
     try:
         return orjson.dumps(data).decode("utf-8")

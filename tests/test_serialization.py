@@ -360,11 +360,32 @@ FLAT_DICTS: list[dict[Any, Any]] = [
 ]
 
 
-@pytest.mark.parametrize("value", FLAT_DICTS)
-def test_flat_dict_shortcut_writes_what_the_walk_writes(value: dict[str, Any]) -> None:
-    """dumps skips the walk for flat dicts of plain scalars: same JSON, same value back."""
+NESTED_PLAIN: list[Any] = [
+    [{"k": "noop", "t": 1732982400.25}],  # delay({...}): a dict as the only argument
+    {"rows": [[1, 2.5, None], {"deep": {"deeper": [True, "ü"]}}]},
+    [[], {}, [[]], [{}]],
+    _nested(125),  # the deepest plain nesting encode accepts, once inside the args list
+]
+
+
+@pytest.mark.parametrize(
+    "value",
+    FLAT_DICTS + NESTED_PLAIN + [v for _, v in ROUND_TRIP],
+    ids=[f"flat{i}" for i in range(len(FLAT_DICTS))]
+    + [f"nested{i}" for i in range(len(NESTED_PLAIN))]
+    + [n for n, _ in ROUND_TRIP],
+)
+def test_plain_data_shortcut_writes_what_the_walk_writes(value: Any) -> None:
+    """dumps skips the walk for JSON-native data (any depth): same JSON, same value back."""
     assert dumps(value) == orjson.dumps(encode(value)).decode()
+    assert dumps([value]) == orjson.dumps(encode([value])).decode()
     assert_same(decode(orjson.loads(dumps(value))), value)
+
+
+def test_plain_data_one_level_too_deep_is_still_refused() -> None:
+    assert dumps(_nested(126)) == orjson.dumps(encode(_nested(126))).decode()
+    with pytest.raises(SerializationError, match="nested deeper than 126 levels"):
+        dumps(_nested(127))
 
 
 @pytest.mark.parametrize(
