@@ -8,6 +8,7 @@ launch spec with a clear error.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -117,3 +118,25 @@ def test_the_opt_out_keeps_the_command_line_image(
         assert cmdline[1:3] == [b"-m", b"pgtasks"], cmdline
         worker.signal(signal.SIGTERM)
         assert worker.wait(30) == 0, worker.log()
+
+
+def test_a_worker_that_cannot_reexecute_runs_in_its_first_image(dsn: str, tmp_path: Path) -> None:
+    setup_ledger(dsn)
+    script = (
+        "import sys; sys.executable = '/nonexistent/python'\n"
+        "from pgtasks.cli import main\n"
+        "main(sys.argv[1:])"
+    )
+    args = ["-A", "tests.apps.worker_app:app", "--dsn", dsn, "worker", "--burst", "--poll-interval", "0.1"]
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=REPO,
+        env={**os.environ, "PGTASKS_DISABLE_PLUGIN_AUTOLOAD": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "cannot re-execute the worker" in proc.stderr
+    assert "/nonexistent/python" in proc.stderr

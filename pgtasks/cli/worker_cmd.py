@@ -8,6 +8,7 @@ signal forced an immediate exit (running jobs are then recovered by lease).
 from __future__ import annotations
 
 import logging
+import sys
 
 import click
 
@@ -153,5 +154,9 @@ def worker_command(
         beat=beat,
     )
     if ctx.meta.get(PROCESS_ENTRY_KEY) and reexec_allowed():
-        reexec(launch)  # the same process goes on without the command line (see launch)
+        try:
+            reexec(launch)  # the same process goes on without the command line (see launch)
+        except OSError as exc:
+            log = logging.getLogger("pgtasks")
+            log.warning("cannot re-execute the worker with %s (%s); it runs here", sys.executable, exc)
     raise SystemExit(run(launch, app))
