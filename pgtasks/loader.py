@@ -1,4 +1,4 @@
-"""Loading the app named by ``-A module:attr``, and the command line's log format.
+"""Loading the app named by ``-A module:attr``, and the command line's logging.
 
 Kept free of click: a worker process re-executes itself without the command line
 (see `pgtasks.worker.launch`) and the processes pool's children load the app
@@ -17,15 +17,14 @@ import pgtasks
 from pgtasks.errors import ConfigurationError
 from pgtasks.plugins import load_module_plugin
 
-__all__ = ["LOG_FORMAT", "AppLoader", "configure_logging", "load_app", "with_dsn"]
-
-#: The format of every log line the command line and its workers write to stderr.
-LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+__all__ = ["AppLoader", "configure_logging", "load_app"]
 
 
 def configure_logging(level: str) -> None:
     """Log to stderr with time, level and logger name (``level``: DEBUG, INFO, WARNING, ERROR)."""
-    logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s", stream=sys.stderr
+    )
 
 
 def load_app(spec: str) -> pgtasks.App:
@@ -49,7 +48,7 @@ def load_app(spec: str) -> pgtasks.App:
     return app
 
 
-def with_dsn(app: pgtasks.App, dsn: str) -> pgtasks.App:
+def _with_dsn(app: pgtasks.App, dsn: str) -> pgtasks.App:
     """Point a loaded app at another DSN (``--dsn`` wins over the app's own)."""
     app.settings = replace(app.settings, dsn=dsn, dsn_source="--dsn")
     return app
@@ -80,7 +79,7 @@ class AppLoader:
             if self.app_spec:
                 app = load_app(self.app_spec)
                 if self.dsn and app.settings.dsn != self.dsn:
-                    app = with_dsn(app, self.dsn)
+                    app = _with_dsn(app, self.dsn)
             else:
                 app = pgtasks.App("pgtasks", dsn=self.dsn)
             for plugin in self.plugins:  # historic hooks reach late plugins by themselves

@@ -267,8 +267,8 @@ def _plain(value: Any, depth: int = 0) -> bool:
             if type(key) is not str or "\x00" in key or not (key.isascii() or _encodable_text(key)):
                 return False
         items = value.values()
-    else:
-        return _plain_scalar(value)
+    else:  # a scalar on its own (a task's result) is checked as a list's only item
+        return depth == 0 and _plain([value])
     if depth >= _MAX_DEPTH:  # items would sit deeper than encode allows (or an empty
         return False  # container at the limit: encode itself decides)
     for item in items:
@@ -285,18 +285,6 @@ def _plain(value: Any, depth: int = 0) -> bool:
         elif item is not None and kind is not bool and not _plain(item, depth + 1):
             return False
     return True
-
-
-def _plain_scalar(value: Any) -> bool:
-    """`_plain` for a value that is not a container."""
-    kind = type(value)
-    if kind is str:
-        return "\x00" not in value and (value.isascii() or _encodable_text(value))
-    if kind is int:
-        return bool(_INT64_MIN <= value <= _INT64_MAX)
-    if kind is float:
-        return _encode_float(value) is value
-    return value is None or kind is bool
 
 
 def _encodable_text(text: str) -> bool:

@@ -25,7 +25,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from pgtasks.errors import ConfigurationError, PgtasksError
 from pgtasks.loader import AppLoader, configure_logging
@@ -64,9 +64,7 @@ class WorkerLaunch:
 
     def to_json(self) -> str:
         """This launch as one JSON object (the ``SPEC`` argument of ``python -m pgtasks.worker``)."""
-        fields: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        fields["config"] = dataclasses.asdict(self.config)
-        return json.dumps(fields)
+        return json.dumps(dataclasses.asdict(self))  # config nested; tuples as lists
 
     @classmethod
     def from_json(cls, text: str) -> WorkerLaunch:
@@ -78,17 +76,10 @@ class WorkerLaunch:
         """
         try:
             fields = json.loads(text)
-            config = dict(fields.pop("config"))
-            config["queues"] = tuple(config["queues"])
-            return cls(
-                app_spec=str(fields.pop("app_spec")),
-                dsn=fields.pop("dsn"),
-                plugins=tuple(fields.pop("plugins")),
-                loglevel=str(fields.pop("loglevel")),
-                config=WorkerConfig(**config),
-                beat=bool(fields.pop("beat")),
-                **fields,
-            )
+            config = fields["config"]
+            fields["config"] = WorkerConfig(**{**config, "queues": tuple(config["queues"])})
+            fields["plugins"] = tuple(fields["plugins"])
+            return cls(**fields)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ConfigurationError(f"not a worker launch spec: {exc}") from None
 
