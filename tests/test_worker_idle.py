@@ -128,3 +128,37 @@ def test_tenants_beyond_the_claim_bound_are_claimed_as_jobs_finish(app: pgtasks.
         assert time.monotonic() - started < 4.0, "a tenant waited for the poll"
     finally:
         _stop(worker, thread)
+
+
+def test_polls_above_jobs_due_later_ask_when_instead_of_claiming(app: pgtasks.App) -> None:
+    """With nothing due, a poll reads the next run-at (a few index probes) and does not
+    run the claim, which would walk every job that is not due yet."""
+
+    @app.task(name="idle.later", queue="idle")
+    def later(i: int) -> int:
+        return i
+
+    later.delay_many(list(range(500)), countdown=3600)
+    worker, thread, claims = _watched(app, queues=["idle"], concurrency=2, poll_interval=0.1, listen=False)
+    asked: list[float] = []
+    original = worker.store.fetch_one
+
+    def recording(name: str, params: Any = None, **kw: Any) -> Any:
+        if name == "job_next_run_at":
+            asked.append(time.monotonic())
+        return original(name, params, **kw)
+
+    worker.store.fetch_one = recording  # type: ignore[method-assign]
+    try:
+        eventually(lambda: claims, message="first full claim")
+        window_start = time.monotonic()
+        time.sleep(1.0)  # ten polls' worth of window, not a wait for a condition
+        assert [c for c in claims if c[0] > window_start] == []
+        assert len([t for t in asked if t > window_start]) >= 5, "the polls did not ask for the next run-at"
+        # Without notifications (listen=False) a job that becomes due is still found by
+        # the next poll, and claimed.
+        soon = later.apply_async((7,), countdown=0.3)
+        assert soon.get(timeout=10) == 7
+        assert "job_claim_batch" in [name for t, name in claims if t > window_start]
+    finally:
+        _stop(worker, thread)

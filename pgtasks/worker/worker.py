@@ -53,6 +53,10 @@ log = logging.getLogger("pgtasks.worker")
 EXIT_OK = 0
 EXIT_FORCED = 130
 UNKNOWN_TASK_DEFER = 60.0  # seconds a job of an unknown task waits before another try
+# (tenant, priority) groups per queue that job_next_run_at probes one by one before it
+# reads every queued entry instead: two index probes per group cost about as much as
+# reading a few hundred entries, and a queue with more groups than this is rarely idle.
+NEXT_RUN_AT_MAX_GROUPS = 100
 OUTCOME_NOT_RECORDED = "OUTCOME_NOT_RECORDED"  # error code when PostgreSQL refused an outcome
 _TASK_NAME = CLAIM_COLUMNS.index("task_name")
 _TENANT = CLAIM_COLUMNS.index("tenant")
@@ -100,7 +104,8 @@ class Worker:
         # The queues as one text[] literal, built once: psycopg adapts a list per call.
         self._queues = text_array_literal(self.config.queues)
         # Jobs named by enqueue notifications, claimed by id while the worker is idle;
-        # a full claim runs at least by this time.monotonic() deadline regardless.
+        # by this time.monotonic() deadline the worker polls regardless (a full claim,
+        # or with no job held, first the question whether any job is due).
         self._hints = WakeHints(self.config.queues, max_ids=self.config.capacity)
         self._full_claim_at = 0.0
         # The last full claim saw every tenant with due jobs and still came back short:
@@ -235,12 +240,19 @@ class Worker:
         return list(self._held.values())
 
     def _loop(self) -> None:
+        polled = False  # the last wait ended by its timeout, not by a wake-up
         while not self._stopping.is_set():
             self._wake.clear()
             held = len(self._held)
             # Claim when the local buffer is half empty: claims come in batches rather
             # than one job at a time, and the pool has work while a claim is in flight.
             limit = self.config.capacity - held if held <= self._low_water else 0
+            if polled and not held and limit > 0 and not self.config.burst:
+                wait = self._wait_if_nothing_due()
+                if wait is not None:
+                    polled = not self._wake.wait(wait)
+                    continue
+            polled = False
             claimed = 0
             named: list[int] | None = None
             if limit > 0:
@@ -249,17 +261,17 @@ class Worker:
                     claimed = self._claim(limit) if named is None else self._claim_named(named)
                 except DatabaseError as exc:
                     log.warning("claim failed (%s); retrying after %.1fs", exc, self.config.poll_interval)
-                    self._wake.wait(self.config.poll_interval)
+                    polled = not self._wake.wait(self.config.poll_interval)
                     continue
                 if named is None and claimed >= limit:
                     continue  # more may be waiting
             if limit <= 0:  # the buffer is full: a finishing job wakes the loop
-                self._wake.wait(self.config.poll_interval)
+                polled = not self._wake.wait(self.config.poll_interval)
                 continue
             if named is not None and claimed == len(named):
                 # Every named job claimed: what the last full claim learnt about future
                 # jobs still holds, so sleep until its deadline without asking again.
-                self._wake.wait(max(0.0, self._full_claim_at - time.monotonic()))
+                polled = not self._wake.wait(max(0.0, self._full_claim_at - time.monotonic()))
                 continue
             idle = claimed == 0 and not self._held and self._completer.pending() == 0
             next_run_at, now = self._next_run_at()
@@ -271,7 +283,7 @@ class Worker:
                 self._full_claim_at = time.monotonic() + wait
             else:
                 wait = min(wait, max(0.0, self._full_claim_at - time.monotonic()))
-            self._wake.wait(wait)
+            polled = not self._wake.wait(wait)
 
     def _claim(self, limit: int) -> int:
         params = {
@@ -324,10 +336,29 @@ class Worker:
             self._dispatch(row)
         return len(rows)
 
+    def _wait_if_nothing_due(self) -> float | None:
+        """At a poll with no job held: seconds to sleep on if no queued job is due yet.
+
+        A claim finds only due jobs, and with none due it would still walk every
+        queued job of the tenants it visits; `job_next_run_at` answers the same
+        question in a few index probes. So a poll on an idle worker asks that first,
+        and claims only when something is due. Returns None to claim: a job is due
+        (or its lock key may be free now), or the question could not be answered.
+        """
+        next_run_at, now = self._next_run_at()
+        if now is None or (next_run_at is not None and next_run_at <= now):
+            return None
+        wait = self._idle_wait(next_run_at, now)
+        self._full_claim_at = time.monotonic() + wait
+        return wait
+
     def _next_run_at(self) -> tuple[Any, Any]:
         """(earliest run-at of a queued job in our queues or None, database now)."""
         try:
-            row = self.store.fetch_one("job_next_run_at", {"queues": self._queues, "now": None})
+            row = self.store.fetch_one(
+                "job_next_run_at",
+                {"queues": self._queues, "now": None, "max_groups": NEXT_RUN_AT_MAX_GROUPS},
+            )
         except DatabaseError:
             return None, None
         return (row["run_at"], row["now"]) if row else (None, None)
