@@ -121,3 +121,27 @@ def test_cpu_probe_refuses_unknown_systems() -> None:
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
     assert "--systems" in done.stderr
+
+
+def test_idle_probe_reports_each_depth() -> None:
+    """``python -m benchmarks.idle`` fills future jobs, idles a real worker above them and
+    reads its backends' CPU; a tiny run must print one line per depth."""
+    command = [
+        sys.executable, "-m", "benchmarks.idle", "--depths", "200,50", "--seconds", "1", "--reps", "1",
+        "--dsn", DSN,
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = re.findall(
+        r"^\s*([0-9,]+) jobs due later: PostgreSQL backends\s+([0-9.]+) ms CPU/s", done.stdout, re.M
+    )
+    assert [int(depth.replace(",", "")) for depth, _ in found] == [50, 200], done.stdout
+    assert all(float(ms) >= 0 for _, ms in found)
+
+
+@pytest.mark.parametrize("bad", [["--depths", "ten"], ["--depths", "0"], ["--seconds", "0"]])
+def test_idle_probe_refuses_bad_arguments(bad: list[str]) -> None:
+    command = [sys.executable, "-m", "benchmarks.idle", *bad, "--dsn", DSN]
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert bad[0] in done.stderr
