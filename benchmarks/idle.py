@@ -7,7 +7,8 @@ in a day (``countdown``), spread over three tenants, and one worker process (the
 benchmark's worker command) starts above them. After a few seconds of idling, the CPU
 time of the PostgreSQL backends connected to that database (``/proc/<pid>/stat``) is
 read over ``--seconds`` seconds; the worker polls once a second (its default poll
-interval) and each poll runs the claim and ``job_next_run_at``. Prints per depth the
+interval), asking ``job_next_run_at`` whether a job is due and claiming only if one
+is (docs/workers.md). Prints per depth the
 medians of backend CPU milliseconds per second of idling, and the ratio of the deepest
 depth to the shallowest: 1.0 means an idle worker's cost does not grow with the number
 of jobs waiting for their time. It writes no report.
