@@ -34,15 +34,22 @@ SYSTEMS = ("pgtasks", "raw")  # the ones that run in the project's interpreter
 POLL_SECONDS = 0.005
 
 
-def _backend_pids(conn: Any, dbname: str) -> list[int]:
+def backend_pids(conn: Any, dbname: str) -> list[int]:
+    """Pids of the PostgreSQL backends connected to ``dbname`` (``conn``'s own excluded)."""
     rows = conn.execute(
         "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (dbname,)
     ).fetchall()
     return [int(r[0]) for r in rows]
 
 
-def _total(pids: Iterable[int]) -> dict[int, float]:
+def cpu_times(pids: Iterable[int]) -> dict[int, float]:
+    """CPU seconds (user + system) so far of each process, by pid."""
     return {pid: cpu_seconds(pid) for pid in pids}
+
+
+def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds spent between two `cpu_times` readings; a process new in ``after`` counts whole."""
+    return sum(after[p] - before.get(p, 0.0) for p in after)
 
 
 def measure(system: str, admin_dsn: str, jobs: int, rep: int) -> dict[str, float]:
@@ -80,21 +87,21 @@ def _run_fleet(driver: Any, conn: Any, dbname: str, jobs: int) -> dict[str, floa
         started = time.perf_counter()
         done_at_start = progress_count(driver.record_dir)
         workers = [pid for p in fleet.processes for pid in process_tree(p.pid)]
-        workers_before = _total(workers)
-        backends_before = _total(_backend_pids(conn, dbname))
+        workers_before = cpu_times(workers)
+        backends_before = cpu_times(backend_pids(conn, dbname))
         while progress_count(driver.record_dir) < jobs:
             fleet.check_alive()
             if time.monotonic() > deadline:
                 raise TimeoutError("the jobs did not finish within 600 s")
             time.sleep(POLL_SECONDS)
         elapsed = time.perf_counter() - started
-        workers_after = _total(workers)
-        backends_after = _total(_backend_pids(conn, dbname))
+        workers_after = cpu_times(workers)
+        backends_after = cpu_times(backend_pids(conn, dbname))
     finally:
         fleet.stop()
     counted = jobs - done_at_start
-    worker_cpu = sum(workers_after[p] - workers_before.get(p, 0.0) for p in workers_after)
-    backend_cpu = sum(backends_after[p] - backends_before.get(p, 0.0) for p in backends_after)
+    worker_cpu = cpu_spent(workers_before, workers_after)
+    backend_cpu = cpu_spent(backends_before, backends_after)
     return {
         "jobs_per_s": counted / elapsed,
         "worker_us_per_job": worker_cpu / counted * 1e6,

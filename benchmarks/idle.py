@@ -27,7 +27,7 @@ from pathlib import Path
 
 from benchmarks import pg
 from benchmarks.cli import DEFAULT_DSN
-from benchmarks.cpu import _backend_pids, _total
+from benchmarks.cpu import backend_pids, cpu_spent, cpu_times
 from benchmarks.environments import compile_project
 from benchmarks.systems.base import NOOP, Params
 from benchmarks.systems.pgtasks_system import PgtasksDriver
@@ -56,17 +56,16 @@ def measure(admin_dsn: str, depth: int, seconds: float, rep: int) -> float:
                         jobs = [(NOOP, 0.0)] * min(FILL_CHUNK, share - start)
                         driver.task.delay_many(jobs, tenant=tenant, countdown=DUE_IN_SECONDS)
                 driver.analyze()
-                fleet = driver.fleet()
-                fleet.commands = fleet.commands[:1]
+                fleet = driver.fleet(processes=1)
                 fleet.start()
                 try:
                     time.sleep(SETTLE_SECONDS)
                     fleet.check_alive()
                     with psycopg.connect(admin_dsn, autocommit=True) as conn:
-                        before = _total(_backend_pids(conn, name))
+                        before = cpu_times(backend_pids(conn, name))
                         started = time.perf_counter()
                         time.sleep(seconds)
-                        after = _total(_backend_pids(conn, name))
+                        after = cpu_times(backend_pids(conn, name))
                         elapsed = time.perf_counter() - started
                     fleet.check_alive()
                 finally:
@@ -75,8 +74,7 @@ def measure(admin_dsn: str, depth: int, seconds: float, rep: int) -> float:
                 driver.close()
     finally:
         pg.drop_database(admin_dsn, name)
-    busy = sum(after[p] - before.get(p, 0.0) for p in after)
-    return busy / elapsed * 1000.0
+    return cpu_spent(before, after) / elapsed * 1000.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

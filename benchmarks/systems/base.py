@@ -462,11 +462,11 @@ class Driver:
 
     # -- helpers ----------------------------------------------------------------------
 
-    def fleet(self) -> WorkerFleet:
-        """A not yet started fleet running :meth:`worker_commands`."""
+    def fleet(self, processes: int | None = None) -> WorkerFleet:
+        """A not yet started fleet running :meth:`worker_commands` (the first ``processes`` of them)."""
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
-        return WorkerFleet(self.worker_commands(), env, self.params.workdir)
+        return WorkerFleet(self.worker_commands()[:processes], env, self.params.workdir)
 
 
 # --------------------------------------------------------------------------- figures

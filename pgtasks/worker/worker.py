@@ -247,7 +247,7 @@ class Worker:
             # Claim when the local buffer is half empty: claims come in batches rather
             # than one job at a time, and the pool has work while a claim is in flight.
             limit = self.config.capacity - held if held <= self._low_water else 0
-            if polled and not held and limit > 0 and not self.config.burst:
+            if polled and not held and not self.config.burst:  # nothing held: limit is the capacity
                 wait = self._wait_if_nothing_due()
                 if wait is not None:
                     polled = not self._wake.wait(wait)
