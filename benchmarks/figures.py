@@ -128,4 +128,8 @@ METRICS: tuple[Metric, ...] = (
             scale=MIB, capped=True),
     _metric("memory", "Worker memory, peak RSS", "throughput", "rss_peak_bytes", "MiB", scale=MIB,
             description="sum over worker processes and their children, sampled every 0.2 s"),
+    _metric("memory_anon", "Worker memory, peak anonymous RSS", "throughput", "rss_anon_peak_bytes", "MiB",
+            scale=MIB, description="the part of the same sum not mapped from files: what the workers "
+            "allocated (heap, stacks), without the shared-library pages whose resident count depends on "
+            "the page cache"),
 )  # fmt: skip

@@ -35,6 +35,7 @@ FIGURE_SECTIONS = (
     "Table + index size after the shallow run (MiB)",
     "Table + index size after the deep run (MiB)",
     "Worker memory, peak RSS (MiB)",
+    "Worker memory, peak anonymous RSS (MiB)",
 )
 
 pytestmark = pytest.mark.skipif(not DSN, reason="PGTASKS_TEST_DSN is not set")
@@ -95,6 +96,14 @@ def test_report_names_the_command_machine_and_server_settings(
         assert setting in markdown, setting
     latency = results["systems"]["raw"]["runs"]["latency"][0]["result"]  # type: ignore[index]
     assert latency["p50_ms"] <= latency["p95_ms"] <= latency["p99_ms"]
+
+
+def test_worker_memory_splits_off_the_anonymous_part(smoke_run: tuple[str, dict[str, object]]) -> None:
+    _, results = smoke_run
+    for system in SYSTEMS:
+        for record in results["systems"][system]["runs"]["throughput"]:  # type: ignore[index]
+            memory = record["result"]
+            assert 0 < memory["rss_anon_peak_bytes"] < memory["rss_peak_bytes"], (system, memory)
 
 
 def test_cpu_probe_reports_both_sides_for_each_system() -> None:

@@ -237,13 +237,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else 0.0
 
 
-def rss_bytes(pid: int) -> int:
-    """Resident set size of one process in bytes (0 when it is gone)."""
+def rss_bytes(pid: int) -> tuple[int, int]:
+    """Resident set size of one process and its anonymous part, in bytes ((0, 0) when gone).
+
+    The anonymous part is what the process allocated itself (heap, stacks): RSS less
+    the resident pages mapped from files or shared memory (the ``shared`` field of
+    ``/proc/PID/statm``, proc(5)). How many of a shared library's pages are resident in
+    a process depends on the page cache's history (see `evict_shared_objects`); the
+    anonymous part does not.
+    """
     try:
         with open(f"/proc/{pid}/statm") as handle:
-            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            fields = handle.read().split()
+        page = os.sysconf("SC_PAGE_SIZE")
+        return int(fields[1]) * page, (int(fields[1]) - int(fields[2])) * page
     except (OSError, IndexError, ValueError):
-        return 0
+        return 0, 0
 
 
 def evict_shared_objects(roots: Sequence[str | Path]) -> int:
@@ -282,7 +291,8 @@ class WorkerFleet:
     ``commands`` is one argv per worker process. Worker output goes to
     ``<log_dir>/worker-<i>.log``. ``peak_rss`` is the largest sum, over all samples
     (every ``sample_interval`` seconds), of the RSS of every worker process and its
-    descendants; shared pages of forked children count once per process. `start`
+    descendants; shared pages of forked children count once per process.
+    ``peak_anon`` is the largest sum of their anonymous parts (`rss_bytes`). `start`
     first evicts the shared objects of this interpreter's environment from the page
     cache (`evict_shared_objects`), so every system's RSS starts from the same state.
     """
@@ -300,6 +310,7 @@ class WorkerFleet:
         self.sample_interval = sample_interval
         self.processes: list[subprocess.Popen[bytes]] = []
         self.peak_rss = 0
+        self.peak_anon = 0
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
 
@@ -316,12 +327,20 @@ class WorkerFleet:
 
     def _sample(self) -> None:
         while not self._stop.is_set():
-            total = 0
+            total = anon = 0
             for process in self.processes:
                 if process.poll() is None:
-                    total += sum(rss_bytes(pid) for pid in process_tree(process.pid))
+                    for pid in process_tree(process.pid):
+                        resident, anonymous = rss_bytes(pid)
+                        total += resident
+                        anon += anonymous
             self.peak_rss = max(self.peak_rss, total)
+            self.peak_anon = max(self.peak_anon, anon)
             self._stop.wait(self.sample_interval)
+
+    def memory(self) -> dict[str, int]:
+        """The figure fields of the peaks sampled so far: ``rss_peak_bytes``, ``rss_anon_peak_bytes``."""
+        return {"rss_peak_bytes": self.peak_rss, "rss_anon_peak_bytes": self.peak_anon}
 
     def check_alive(self) -> None:
         """Raise :class:`BenchmarkError` with the log's tail if a worker has exited."""
@@ -595,7 +614,7 @@ def figure_throughput(driver: Driver, clock: _Clock, n: int, cap: float | None =
         "bulk_seconds": bulk_seconds,
         "bulk_jobs_per_s": n / bulk_seconds,
         **drain.as_result(),
-        "rss_peak_bytes": fleet.peak_rss,
+        **fleet.memory(),
     }
 
 
@@ -645,7 +664,7 @@ def figure_latency(driver: Driver, clock: _Clock, rate: float, seconds: float) -
         "p95_ms": _percentile(latencies, 95),
         "p99_ms": _percentile(latencies, 99),
         "max_ms": latencies[-1],
-        "rss_peak_bytes": fleet.peak_rss,
+        **fleet.memory(),
     }
 
 
@@ -695,7 +714,7 @@ def figure_fairness(
         "seconds": finished - t0,
         "a_left": max(0, backlog - (done - len(records))),
         "partial": partial,
-        "rss_peak_bytes": fleet.peak_rss,
+        **fleet.memory(),
     }
 
 
@@ -719,7 +738,7 @@ def figure_deep(
         "jobs": n,
         "fill_seconds": fill_seconds,
         **drain.as_result(),
-        "rss_peak_bytes": fleet.peak_rss,
+        **fleet.memory(),
     }
 
 
