@@ -8,10 +8,10 @@ benchmark's worker command) starts above them. After a few seconds of idling, th
 time of the PostgreSQL backends connected to that database (``/proc/<pid>/stat``) is
 read over ``--seconds`` seconds; the worker polls once a second (its default poll
 interval), asking ``job_next_run_at`` whether a job is due and claiming only if one
-is (docs/workers.md). Prints per depth the
-medians of backend CPU milliseconds per second of idling, and the ratio of the deepest
-depth to the shallowest: 1.0 means an idle worker's cost does not grow with the number
-of jobs waiting for their time. It writes no report.
+is (docs/workers.md). Prints per depth the medians of backend CPU milliseconds per
+second of idling, and the ratio of the deepest depth to the shallowest: 1.0 means an
+idle worker's cost does not grow with the number of jobs waiting for their time. It
+writes no report.
 """
 
 from __future__ import annotations

@@ -237,7 +237,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else 0.0
 
 
-def rss_bytes(pid: int) -> tuple[int, int]:
+def resident_bytes(pid: int) -> tuple[int, int]:
     """Resident set size of one process and its anonymous part, in bytes ((0, 0) when gone).
 
     The anonymous part is what the process allocated itself (heap, stacks): RSS less
@@ -292,7 +292,7 @@ class WorkerFleet:
     ``<log_dir>/worker-<i>.log``. ``peak_rss`` is the largest sum, over all samples
     (every ``sample_interval`` seconds), of the RSS of every worker process and its
     descendants; shared pages of forked children count once per process.
-    ``peak_anon`` is the largest sum of their anonymous parts (`rss_bytes`). `start`
+    ``peak_anon`` is the largest sum of their anonymous parts (`resident_bytes`). `start`
     first evicts the shared objects of this interpreter's environment from the page
     cache (`evict_shared_objects`), so every system's RSS starts from the same state.
     """
@@ -331,7 +331,7 @@ class WorkerFleet:
             for process in self.processes:
                 if process.poll() is None:
                     for pid in process_tree(process.pid):
-                        resident, anonymous = rss_bytes(pid)
+                        resident, anonymous = resident_bytes(pid)
                         total += resident
                         anon += anonymous
             self.peak_rss = max(self.peak_rss, total)
