@@ -95,6 +95,7 @@ class Metric:
     scale: float = 1.0
     description: str = ""
     capped: bool = False  # the processing cap can cut this number short (partial)
+    reference_for: str = ""  # a further raw-SQL reference for the metric of this key
 
 
 MIB = 1.0 / (1024 * 1024)
@@ -110,6 +111,10 @@ METRICS: tuple[Metric, ...] = (
             description="`delay` / `defer` / `enqueue` in a loop, one job and one commit per call"),
     _metric("enqueue_bulk", "Bulk enqueue", "throughput", "bulk_jobs_per_s", "jobs/s",
             description="the system's best bulk API"),
+    _metric("enqueue_bulk_insert", "Bulk enqueue, raw multi-row INSERT reference", "throughput",
+            "bulk_insert_jobs_per_s", "jobs/s", reference_for="enqueue_bulk",
+            description="the raw-SQL reference's bulk enqueue as multi-row INSERT statements (1,000 "
+            "rows each, one transaction) instead of COPY, timed on the same jobs just before its COPY"),
     _metric("process", "Processing throughput", "throughput", "process_jobs_per_s", "jobs/s", capped=True,
             description="pre-filled queue of no-op jobs, first to last completion"),
     _metric("latency_p50", "Latency p50", "latency", "p50_ms", "ms",

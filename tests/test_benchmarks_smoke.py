@@ -37,6 +37,8 @@ FIGURE_SECTIONS = (
     "Worker memory, peak RSS (MiB)",
     "Worker memory, peak anonymous RSS (MiB)",
 )
+# Further references that only the raw-SQL driver measures.
+REFERENCE_SECTIONS = ("Bulk enqueue, raw multi-row INSERT reference (jobs/s)",)
 
 pytestmark = pytest.mark.skipif(not DSN, reason="PGTASKS_TEST_DSN is not set")
 
@@ -154,3 +156,21 @@ def test_idle_probe_refuses_bad_arguments(bad: list[str]) -> None:
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2, done.stderr
     assert bad[0] in done.stderr
+
+
+def test_raw_alone_measures_the_multi_row_insert_reference(smoke_run: tuple[str, dict[str, object]]) -> None:
+    markdown, results = smoke_run
+    sections = _sections(markdown)
+    for title in REFERENCE_SECTIONS:
+        section = sections[title]
+        assert _median(section, "raw") > 0
+        assert not re.search(r"^\| pgtasks \|", section, flags=re.MULTILINE), section
+        line = r"^pgtasks's bulk enqueue median over this reference's: ([0-9.]+)x\.$"
+        ratio = re.search(line, section, flags=re.MULTILINE)
+        assert ratio and float(ratio.group(1)) > 0, section
+    for system in SYSTEMS:
+        for record in results["systems"][system]["runs"]["throughput"]:  # type: ignore[index]
+            assert ("bulk_insert_jobs_per_s" in record["result"]) == (system == "raw"), (system, record)
+    subject = sections["pgtasks relative to each system"]
+    row = r"^\| Bulk enqueue over raw's multi-row INSERT \(jobs/s\) \| [0-9.]+x \|$"
+    assert re.search(row, subject, flags=re.MULTILINE), subject

@@ -1,7 +1,9 @@
 """Raw-SQL reference: the practical limit of Python + PostgreSQL on this machine.
 
 Plain psycopg 3, no framework: a tiny table with a partial index on queued rows;
-single-row INSERT per enqueue (autocommit); COPY for bulk; a worker claims 100 rows
+single-row INSERT per enqueue (autocommit); COPY for bulk, and beside it a multi-row
+INSERT of the same jobs (1,000 rows per statement, one transaction) into a scratch
+copy of the table, reported as a second bulk reference; a worker claims 100 rows
 at a time through a CTE with ``FOR UPDATE SKIP LOCKED`` and completes the whole batch
 with one ``UPDATE ... WHERE id = ANY(%s)``. Two worker processes (2 cores); an idle
 worker polls every 10 ms. Finished rows are kept (status ``done``), so the deep-queue
@@ -45,6 +47,12 @@ CREATE INDEX bench_jobs_queued ON bench_jobs (id) WHERE status = 'queued';
 
 INSERT = "INSERT INTO bench_jobs (args) VALUES (%s::jsonb)"
 COPY = "COPY bench_jobs (args) FROM STDIN"
+# The multi-row INSERT reference writes into a scratch table shaped like bench_jobs
+# (same columns, defaults, constraints and indexes), dropped before the COPY is timed.
+SCRATCH_CREATE = "CREATE TABLE bench_jobs_insert (LIKE bench_jobs INCLUDING ALL)"
+SCRATCH_DROP = "DROP TABLE bench_jobs_insert"
+INSERT_MANY_ROWS = 1000
+INSERT_MANY = "INSERT INTO bench_jobs_insert (args) VALUES "
 CLAIM = """
 WITH c AS (
     SELECT id FROM bench_jobs WHERE status = 'queued' ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED
@@ -84,6 +92,22 @@ class RawDriver(Driver):
         with self.conn.cursor() as cur, cur.copy(COPY) as copy:
             for kind, enqueued_at in jobs:
                 copy.write_row((json.dumps({"k": kind, "t": enqueued_at}),))
+
+    def bulk_references(self, jobs: Sequence[Job]) -> dict[str, float]:
+        """The multi-row INSERT reference: ``bulk_insert_jobs_per_s`` over ``jobs``."""
+        self.conn.execute(SCRATCH_CREATE)
+        start = time.perf_counter()
+        with self.conn.transaction():
+            for first in range(0, len(jobs), INSERT_MANY_ROWS):
+                chunk = jobs[first : first + INSERT_MANY_ROWS]
+                values = ", ".join(["(%s::jsonb)"] * len(chunk))
+                self.conn.execute(
+                    INSERT_MANY + values,  # placeholders only: the rows travel as parameters
+                    [json.dumps({"k": kind, "t": enqueued_at}) for kind, enqueued_at in chunk],
+                )
+        seconds = time.perf_counter() - start
+        self.conn.execute(SCRATCH_DROP)
+        return {"bulk_insert_jobs_per_s": len(jobs) / seconds}
 
     def worker_commands(self) -> list[list[str]]:
         command = [sys.executable, "-m", "benchmarks.systems.raw_system", "worker"]
