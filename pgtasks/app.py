@@ -42,6 +42,18 @@ log = logging.getLogger("pgtasks")
 _COPY_THRESHOLD = 64  # batches at least this big go through COPY when they can
 
 
+# One call of a batch, encoded: (args JSON, kwargs JSON, headers JSON, lock key, unique key).
+_CallFields = tuple[str, str, str, str | None, str | None]
+# One call as the batch path takes it: (task, args, kwargs, enqueue options).
+BatchCall = tuple[Task, Sequence[Any], Mapping[str, Any], Mapping[str, Any]]
+
+# job_insert_many's array parameters that come from the validated options: (parameter, field).
+_BATCH_OPTION_ARRAYS = (
+    ("task_names", "task_name"), ("queues", "queue"), ("tenants", "tenant"), ("priorities", "priority"),
+    ("max_attempts", "max_attempts"), ("etas", "eta"), ("countdowns", "countdown"),
+    ("retry_on_worker_lost", "retry_on_worker_lost"),
+)  # fmt: skip
+
 _PLAIN_DEFAULTS = (
     ("countdown", None), ("eta", None), ("lock_key", None), ("trigger", "api"), ("schedule_name", None),
     ("scheduled_for", None), ("parent_id", None), ("correlation_id", None),
@@ -57,12 +69,12 @@ def _insert_query(params: Mapping[str, Any]) -> str:
     return "job_insert_full"
 
 
-def _options_key(sig: Signature) -> Hashable:
-    """What identifies a signature's options for caching their validation in bulk."""
+def _options_key(task: Task, options: Mapping[str, Any]) -> Hashable:
+    """What identifies a call's options for caching their validation in bulk."""
     try:
-        return (id(sig.task), frozenset(sig.options.items()))
+        return (id(task), frozenset(options.items()))
     except TypeError:  # an unhashable option value (headers): fall back to identity
-        return (id(sig.task), id(sig.options))
+        return (id(task), id(options))
 
 
 def _check_key(label: str, key: Any) -> str | None:
@@ -313,34 +325,56 @@ class App:
         """The parameters of one job row: the validated options plus the encoded call.
 
         ``base`` is `_option_params` of (task, options); ``hooked`` says whether a plugin
-        implements ``pgtasks_before_enqueue`` (`_before_enqueue_hooked`; bulk enqueue
-        looks once per batch).
+        implements ``pgtasks_before_enqueue`` (`_before_enqueue_hooked`).
         """
         params = dict(base)
-        headers_raw = params.pop("_headers")
+        del params["_headers"]
+        params["args"], params["kwargs"], params["headers"], params["lock_key"], params["unique_key"] = (
+            self._call_fields(task, args, kwargs, options, base, hooked=hooked)
+        )
+        return params
+
+    def _call_fields(
+        self,
+        task: Task,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: Mapping[str, Any],
+        base: Mapping[str, Any],
+        *,
+        hooked: bool,
+    ) -> _CallFields:
+        """What one call adds to its validated options ``base``: the encoded arguments,
+        the headers (a ``pgtasks_before_enqueue`` plugin may add to them) and the lock
+        and unique keys (a task's key template is resolved against the arguments).
+
+        Raises:
+            ConfigurationError: a resolved key is not a non-empty string without NUL.
+            SerializationError: an argument or header cannot round-trip exactly.
+        """
         opts = task.options
-        if "lock" not in options and opts.lock is not None:
-            params["lock_key"] = _check_key("lock", resolve_key(opts.lock, args, kwargs))
-        if "unique_key" not in options and opts.unique_key is not None:
-            params["unique_key"] = _check_key("unique_key", resolve_key(opts.unique_key, args, kwargs))
+        lock_key, unique_key, headers = base["lock_key"], base["unique_key"], base["headers"]
+        if opts.lock is not None and "lock" not in options:
+            lock_key = _check_key("lock", resolve_key(opts.lock, args, kwargs))
+        if opts.unique_key is not None and "unique_key" not in options:
+            unique_key = _check_key("unique_key", resolve_key(opts.unique_key, args, kwargs))
         if hooked:
-            headers = dict(headers_raw)
+            extra = dict(base["_headers"])
             resolved = {
-                "queue": params["queue"],
-                "priority": params["priority"],
-                "tenant": params["tenant"],
-                "lock": params["lock_key"],
-                "unique_key": params["unique_key"],
-                "countdown": params["countdown"],
-                "eta": params["eta"],
+                "queue": base["queue"],
+                "priority": base["priority"],
+                "tenant": base["tenant"],
+                "lock": lock_key,
+                "unique_key": unique_key,
+                "countdown": base["countdown"],
+                "eta": base["eta"],
             }
             self.plugin_manager.hook.pgtasks_before_enqueue(
-                task_name=task.name, options=resolved, headers=headers
+                task_name=task.name, options=resolved, headers=extra
             )
-            params["headers"] = dumps(headers, "headers")
-        params["args"] = dumps(list(args), "args")
-        params["kwargs"] = dumps(kwargs, "kwargs") if kwargs else "{}"
-        return params
+            headers = dumps(extra, "headers")
+        encoded_args = dumps(list(args), "args")
+        return encoded_args, dumps(kwargs, "kwargs") if kwargs else "{}", headers, lock_key, unique_key
 
     def _before_enqueue_hooked(self) -> bool:
         """Whether a plugin implements ``pgtasks_before_enqueue``."""
@@ -406,72 +440,75 @@ class App:
         Raises:
             ConfigurationError, SerializationError: nothing is written.
         """
+        calls = ((sig.task, sig.args, sig.kwargs, sig.options) for sig in signatures)
+        return self.enqueue_batch(calls, connection=connection)
+
+    def enqueue_batch(self, calls: Iterable[BatchCall], *, connection: Any = None) -> list[AsyncResult]:
+        """Write many jobs in one transaction (what `bulk_apply` and `Task.delay_many` call).
+
+        Args:
+            calls: ``(task, args, kwargs, options)`` per job; options as `Task.apply_async`
+                takes them, without ``connection``. Calls that share one options
+                mapping (delay_many) are validated once.
+            connection: the caller's psycopg connection (jobs commit with it), or
+                None for a pooled one.
+
+        Returns:
+            One `AsyncResult` per written job, in order; see `bulk_apply`.
+
+        Raises:
+            ConfigurationError, SerializationError: nothing is written.
+            DatabaseError: PostgreSQL refused the write (nothing is written).
+        """
         conn = self._check_connection(connection)
         # Validated options per (task, options): keyed by content, or by identity when an
         # option is unhashable; each entry keeps its options object alive, so an id in a
-        # key cannot be reused by another signature's options during the loop.
+        # key cannot be reused by another call's options during the loop.
         bases: dict[Hashable, tuple[Mapping[str, Any], dict[str, Any]]] = {}
         hooked = self._before_enqueue_hooked()
-        rows = []
+        rows: list[_CallFields] = []
+        row_bases: list[dict[str, Any]] = []  # each row's validated options (shared dicts)
         last: tuple[Any, Any, dict[str, Any]] | None = None  # (task, options, base) of the previous call
-        for sig in signatures:
-            if last is not None and sig.task is last[0] and sig.options is last[1]:
+        for task, call_args, call_kwargs, options in calls:
+            if last is not None and task is last[0] and options is last[1]:
                 base = last[2]  # delay_many: every call shares one options mapping
             else:
-                key = _options_key(sig)
+                key = _options_key(task, options)
                 if key not in bases:
-                    bases[key] = (sig.options, self._option_params(sig.task, sig.options))
+                    bases[key] = (options, self._option_params(task, options))
                 base = bases[key][1]
-                last = (sig.task, sig.options, base)
-            args, kwargs = tuple(sig.args), dict(sig.kwargs)
-            rows.append(self._job_params(sig.task, args, kwargs, sig.options, base, hooked=hooked))
+                last = (task, options, base)
+            args = call_args if type(call_args) is tuple else tuple(call_args)
+            kwargs = call_kwargs if type(call_kwargs) is dict else dict(call_kwargs)
+            rows.append(self._call_fields(task, args, kwargs, options, base, hooked=hooked))
+            row_bases.append(base)
         if not rows:
             return []
-        plain = all(r["unique_key"] is None and r["countdown"] is None and r["eta"] is None for r in rows)
-        queues = sorted({r["queue"] for r in rows})
+        used = [base for _, base in bases.values()]
+        plain = all(b["countdown"] is None and b["eta"] is None for b in used) and all(
+            call[4] is None for call in rows
+        )
+        queues = sorted({b["queue"] for b in used})
         with self.store.transaction(conn) as tx:
             if plain and len(rows) >= _COPY_THRESHOLD:
-                ids = [r[0] for r in self.store.fetch_tuples("job_ids_reserve", {"n": len(rows)}, conn=tx)]
+                reserved = self.store.fetch_tuples("job_ids_reserve", {"n": len(rows)}, conn=tx)
+                ids: list[int] = reserved[0][0]
                 self.store.copy_in(
                     "job_copy_in",
                     (
-                        (
-                            job_id,
-                            r["task_name"],
-                            r["queue"],
-                            r["tenant"],
-                            r["args"],
-                            r["kwargs"],
-                            r["headers"],
-                            r["priority"],
-                            r["max_attempts"],
-                            r["lock_key"],
-                            r["retry_on_worker_lost"],
-                        )
-                        for job_id, r in zip(ids, rows, strict=True)
+                        (job_id, b["task_name"], b["queue"], b["tenant"], a, k, h,
+                         b["priority"], b["max_attempts"], lock, b["retry_on_worker_lost"])
+                        for job_id, b, (a, k, h, lock, _) in zip(ids, row_bases, rows, strict=True)
                     ),
                     conn=tx,
-                )
-                self.store.fetch_all("job_notify_queues", {"queues": queues}, conn=tx)
+                )  # fmt: skip
             else:
-                params = {
-                    "task_names": [r["task_name"] for r in rows],
-                    "queues": [r["queue"] for r in rows],
-                    "tenants": [r["tenant"] for r in rows],
-                    "args": [r["args"] for r in rows],
-                    "kwargs": [r["kwargs"] for r in rows],
-                    "headers": [r["headers"] for r in rows],
-                    "priorities": [r["priority"] for r in rows],
-                    "max_attempts": [r["max_attempts"] for r in rows],
-                    "etas": [r["eta"] for r in rows],
-                    "countdowns": [r["countdown"] for r in rows],
-                    "lock_keys": [r["lock_key"] for r in rows],
-                    "unique_keys": [r["unique_key"] for r in rows],
-                    "retry_on_worker_lost": [r["retry_on_worker_lost"] for r in rows],
-                }
+                params = {param: [b[field] for b in row_bases] for param, field in _BATCH_OPTION_ARRAYS}
+                for index, param in enumerate(("args", "kwargs", "headers", "lock_keys", "unique_keys")):
+                    params[param] = [call[index] for call in rows]
                 ids = [int(r["id"]) for r in self.store.fetch_all("job_insert_many", params, conn=tx)]
-                self.store.fetch_all("job_notify_queues", {"queues": queues}, conn=tx)
-        names = {r["task_name"] for r in rows}
+            self.store.fetch_all("job_notify_queues", {"queues": queues}, conn=tx)
+        names = {b["task_name"] for b in used}
         call_isolated(
             self.plugin_manager,
             "pgtasks_after_enqueue",

@@ -307,8 +307,9 @@ class Task:
         """
         _check_option_names(options)
         connection = options.pop("connection", None)
-        sigs = [Signature(self, item if type(item) is tuple else (item,), {}, options) for item in items]
-        return self.app.bulk_apply(sigs, connection=connection)
+        no_kwargs: dict[str, Any] = {}
+        calls = ((self, item if type(item) is tuple else (item,), no_kwargs, options) for item in items)
+        return self.app.enqueue_batch(calls, connection=connection)
 
     async def delay_async(self, *args: Any, **kwargs: Any) -> AsyncResult:
         """`delay` for asyncio callers (runs the same code in a thread)."""

@@ -249,6 +249,23 @@ def test_enqueue_hooks_add_headers_and_see_job_ids(dsn: str, caplog: pytest.LogC
         app.close()
 
 
+def test_bulk_copy_keeps_each_calls_lock_key_and_hook_headers(dsn: str) -> None:
+    # 200 calls take the COPY path; the lock key comes from each call's argument and
+    # the headers from the before-enqueue hook, row by row.
+    recorder = _Recorder()
+    app = pgtasks.App("hooks", dsn=dsn, load_entry_points=False, plugins=[recorder])
+    try:
+        t = app.task(name="locked", queue="math", lock=lambda x: f"doc:{x}")(double)
+        many = t.delay_many(range(200), priority=2)
+        assert recorder.after == [("locked", [m.id for m in many], False)]
+        for i in (0, 1, 137, 199):
+            job = app.get_job(many[i].id)
+            assert (job.args, job.lock_key, job.priority, job.queue) == ([i], f"doc:{i}", 2, "math")
+            assert job.headers == {"trace_id": "trace-locked", "seen_queue": "math"}
+    finally:
+        app.close()
+
+
 def test_close_and_reuse(app: pgtasks.App) -> None:
     t = app.task(name="d")(double)
     first = t.delay(1)

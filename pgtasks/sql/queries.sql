@@ -108,9 +108,12 @@ COPY pgtasks.jobs (id, task_name, queue, tenant, args, kwargs, headers, priority
                    lock_key, retry_on_worker_lost) FROM STDIN;
 
 -- name: job_ids_reserve
--- Reserve n job ids from the identity sequence for a COPY batch.
-SELECT nextval(pg_get_serial_sequence('pgtasks.jobs', 'id')) AS id
-FROM generate_series(1, %(n)s::integer);
+-- Reserve n job ids from the identity sequence for a COPY batch, as one array (one row
+-- to read instead of n).
+SELECT array(
+    SELECT nextval(pg_get_serial_sequence('pgtasks.jobs', 'id'))
+    FROM generate_series(1, %(n)s::integer)
+) AS ids;
 
 -- name: job_notify_queues
 -- Wake workers of these queues on commit (one notification per queue).
