@@ -1,9 +1,14 @@
 """Where each system runs: its own virtual environment, and the services it needs.
 
-A peer is installed from PyPI into ``benchmarks/.venvs/<name>`` (git-ignored) with
-the ordinary ``python -m venv`` and ``pip``. A marker file records the requirement
-list that was installed, so a later run reuses the environment unless the list
-changed. A system with no requirements runs in the harness's own interpreter.
+Every system's requirements are installed from PyPI into ``benchmarks/.venvs/<name>``
+(git-ignored) with the ordinary ``python -m venv`` and ``pip``. A marker file records
+the requirement list that was installed, so a later run reuses the environment unless
+the list changed. pgtasks and the raw reference get theirs like every peer (the
+project's dependencies; psycopg) and run this repository's code from the source tree,
+which the drivers find on ``PYTHONPATH``: none of the systems shares the harness's
+environment, whose shared libraries the harness itself keeps mapped (see
+`benchmarks.systems.base.evict_shared_objects`). A system with no requirements
+would run in the harness's own interpreter.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -36,8 +42,8 @@ def interpreter_for(spec: SystemSpec, install: bool = True) -> Path:
     Raises :class:`EnvironmentUnavailable` when the venv cannot be created or pip
     fails (the message holds the tail of pip's output).
     """
+    compile_project()  # every driver runs the harness's modules from the source tree
     if not spec.requirements:
-        compile_project()
         return Path(sys.executable)
     venv = VENVS_DIR / spec.name
     python = venv / "bin" / "python"
@@ -58,10 +64,20 @@ def interpreter_for(spec: SystemSpec, install: bool = True) -> Path:
     return python
 
 
+def project_requirements() -> tuple[str, ...]:
+    """The project's own dependencies, as ``pyproject.toml`` declares them.
+
+    pgtasks' benchmark environment holds exactly these: what ``pip install pgtasks``
+    brings, with pgtasks itself taken from the source tree.
+    """
+    with open(REPO_ROOT / "pyproject.toml", "rb") as file:
+        return tuple(tomllib.load(file)["project"]["dependencies"])
+
+
 def compile_project() -> None:
     """Byte-compile the project's own packages, as pip does for every installed peer.
 
-    The project runs from its source tree (an editable install), so without this a
+    The project runs from its source tree, so without this a
     worker started with ``PYTHONDONTWRITEBYTECODE`` set compiles every module from
     source at each start, which costs time and about 1.5 MiB of resident memory
     per process that the peers (compiled at install) do not pay. Up-to-date files

@@ -61,7 +61,9 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, 
         sys.executable, "-m", "benchmarks", "run", "--quick", "--systems", ",".join(SYSTEMS),
         "--n", "500", "--dsn", DSN, "--out", str(out),
     ]  # fmt: skip
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    # A first run also creates raw's and pgtasks' virtual environments (pip, about 10 s
+    # from pip's cache, longer from the index).
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return out.read_text(), json.loads(out.with_suffix(".json").read_text())
 

@@ -22,6 +22,7 @@ therefore costs the system nothing and is the same for all systems.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import signal
@@ -62,7 +63,8 @@ class SystemSpec:
     ``requirements`` are pip requirement strings installed into
     ``benchmarks/.venvs/<name>``; an empty tuple means the driver runs in the project's
     own interpreter (the harness's ``sys.executable``). ``packages`` are distribution
-    names whose installed versions the report lists. ``services`` names local services
+    names whose installed versions the report lists (for one that is not installed
+    but importable from the source tree, its ``__version__``). ``services`` names local services
     the system needs besides PostgreSQL (only ``"redis"`` is known). ``settings`` says,
     in words, the worker setting used for 2 cores (processes x concurrency).
     ``has_tables`` is False for a system that keeps its jobs outside PostgreSQL
@@ -763,8 +765,17 @@ def _versions(driver_cls: type[Driver]) -> dict[str, Any]:
         try:
             packages[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
-            packages[name] = "not installed"
+            packages[name] = _source_version(name) or "not installed"
     return {"python": sys.version.split()[0], "packages": packages}
+
+
+def _source_version(name: str) -> str | None:
+    """``name.__version__`` of a package imported from the source tree, not installed."""
+    try:
+        version = getattr(importlib.import_module(name), "__version__", None)
+    except ImportError:
+        return None
+    return f"{version} (source tree)" if isinstance(version, str) else None
 
 
 def main(driver_cls: type[Driver], argv: Sequence[str] | None = None) -> None:

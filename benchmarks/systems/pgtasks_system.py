@@ -7,7 +7,8 @@ Workers: 2 ``pgtasks worker`` processes (one per core), threads pool with
 concurrency 8 and prefetch multiplier 32 (claims of up to 256 jobs: the setting
 docs/workers.md gives for short jobs on a small machine), LISTEN/NOTIFY wake-ups,
 tenant-fair claims, results stored and heartbeats on; finished jobs kept (the
-default: nothing is purged without ``pgtasks purge``).
+default: nothing is purged without ``pgtasks purge``). Runs in its own virtual
+environment holding the project's dependencies, with pgtasks from the source tree.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 import psycopg
 
 import pgtasks
+from benchmarks.environments import project_requirements
 from benchmarks.systems.base import Driver, Job, Params, SystemSpec, job_args, main, run_task
 
 WORKER_PROCESSES = 2
@@ -49,7 +51,7 @@ class PgtasksDriver(Driver):
 
     spec = SystemSpec(
         name="pgtasks",
-        requirements=(),  # the project venv, where pgtasks is installed editable
+        requirements=project_requirements(),  # pgtasks itself comes from the source tree
         packages=("pgtasks", "psycopg", "orjson"),
         settings=f"{WORKER_PROCESSES} processes x {CONCURRENCY} threads, prefetch x{PREFETCH}",
         notes="apply_async per job; delay_many (COPY) for bulk; results stored, heartbeats on; jobs kept",
