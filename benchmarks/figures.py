@@ -137,4 +137,9 @@ METRICS: tuple[Metric, ...] = (
             scale=MIB, description="the part of the same sum not mapped from files: what the workers "
             "allocated (heap, stacks), without the shared-library pages whose resident count depends on "
             "the page cache"),
+    _metric("memory_equal_work", "Worker memory at equal work, peak RSS", "deep_small", "rss_peak_bytes",
+            "MiB", scale=MIB, description="the peak RSS sum in the shallow deep-queue run, where every "
+            "system works off the same 10,000 jobs; in the processing run a slow system reaches the time "
+            "limit after a fraction of the jobs, and a worker's peak grows with the jobs it has worked off "
+            "before it levels"),
 )  # fmt: skip

@@ -36,6 +36,7 @@ FIGURE_SECTIONS = (
     "Table + index size after the deep run (MiB)",
     "Worker memory, peak RSS (MiB)",
     "Worker memory, peak anonymous RSS (MiB)",
+    "Worker memory at equal work, peak RSS (MiB)",
 )
 # Further references that only the raw-SQL driver measures.
 REFERENCE_SECTIONS = ("Bulk enqueue, raw multi-row INSERT reference (jobs/s)",)
