@@ -312,28 +312,6 @@ class App:
             "_headers": headers,
         }
 
-    def _job_params(
-        self,
-        task: Task,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        options: Mapping[str, Any],
-        base: Mapping[str, Any],
-        *,
-        hooked: bool,
-    ) -> dict[str, Any]:
-        """The parameters of one job row: the validated options plus the encoded call.
-
-        ``base`` is `_option_params` of (task, options); ``hooked`` says whether a plugin
-        implements ``pgtasks_before_enqueue`` (`_before_enqueue_hooked`).
-        """
-        params = dict(base)
-        del params["_headers"]
-        params["args"], params["kwargs"], params["headers"], params["lock_key"], params["unique_key"] = (
-            self._call_fields(task, args, kwargs, options, base, hooked=hooked)
-        )
-        return params
-
     def _call_fields(
         self,
         task: Task,
@@ -347,6 +325,9 @@ class App:
         """What one call adds to its validated options ``base``: the encoded arguments,
         the headers (a ``pgtasks_before_enqueue`` plugin may add to them) and the lock
         and unique keys (a task's key template is resolved against the arguments).
+
+        ``base`` is `_option_params` of (task, options); ``hooked`` says whether a plugin
+        implements ``pgtasks_before_enqueue`` (`_before_enqueue_hooked`; a batch asks once).
 
         Raises:
             ConfigurationError: a resolved key is not a non-empty string without NUL.
@@ -396,7 +377,10 @@ class App:
         """Write one job (what `Task.apply_async` calls); see there for arguments and errors."""
         conn = self._check_connection(options.get("connection"))
         base = self._option_params(task, options)
-        params = self._job_params(task, args, kwargs, options, base, hooked=self._before_enqueue_hooked())
+        params = {name: value for name, value in base.items() if name != "_headers"}
+        params["args"], params["kwargs"], params["headers"], params["lock_key"], params["unique_key"] = (
+            self._call_fields(task, args, kwargs, options, base, hooked=self._before_enqueue_hooked())
+        )
         params.update(
             trigger=options.get("_trigger", "api"),
             schedule_name=options.get("_schedule_name"),
