@@ -4,7 +4,8 @@ Every system's requirements are installed from PyPI into ``benchmarks/.venvs/<na
 (git-ignored) with the ordinary ``python -m venv`` and ``pip``. A marker file records
 the requirement list that was installed, so a later run reuses the environment unless
 the list changed. pgtasks and the raw reference get theirs like every peer (the
-project's dependencies; psycopg) and run this repository's code from the source tree,
+project's dependencies, `project_requirements`; psycopg) and run this repository's
+code from the source tree,
 which the drivers find on ``PYTHONPATH``: none of the systems shares the harness's
 environment, whose shared libraries the harness itself keeps mapped (see
 `benchmarks.systems.base.evict_shared_objects`). A system with no requirements
@@ -43,11 +44,12 @@ def interpreter_for(spec: SystemSpec, install: bool = True) -> Path:
     fails (the message holds the tail of pip's output).
     """
     compile_project()  # every driver runs the harness's modules from the source tree
-    if not spec.requirements:
+    requirements = spec.requirements + (project_requirements() if spec.project_dependencies else ())
+    if not requirements:
         return Path(sys.executable)
     venv = VENVS_DIR / spec.name
     python = venv / "bin" / "python"
-    wanted = "\n".join(spec.requirements) + "\n"
+    wanted = "\n".join(requirements) + "\n"
     marker = venv / MARKER
     if python.exists() and marker.exists() and marker.read_text() == wanted:
         return python
@@ -57,8 +59,8 @@ def interpreter_for(spec: SystemSpec, install: bool = True) -> Path:
         shutil.rmtree(venv)
     _run([sys.executable, "-m", "venv", str(venv)], f"creating {venv}")
     _run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *spec.requirements],
-        f"pip install {' '.join(spec.requirements)}",
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *requirements],
+        f"pip install {' '.join(requirements)}",
     )
     marker.write_text(wanted)
     return python
@@ -67,8 +69,10 @@ def interpreter_for(spec: SystemSpec, install: bool = True) -> Path:
 def project_requirements() -> tuple[str, ...]:
     """The project's own dependencies, as ``pyproject.toml`` declares them.
 
-    pgtasks' benchmark environment holds exactly these: what ``pip install pgtasks``
-    brings, with pgtasks itself taken from the source tree.
+    The environment of a system with ``project_dependencies`` (pgtasks) holds exactly
+    these: what ``pip install pgtasks`` brings, with pgtasks itself taken from the
+    source tree. Read here, in the harness, so that no worker process imports this
+    module.
     """
     with open(REPO_ROOT / "pyproject.toml", "rb") as file:
         return tuple(tomllib.load(file)["project"]["dependencies"])

@@ -22,7 +22,6 @@ therefore costs the system nothing and is the same for all systems.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import signal
@@ -61,12 +60,14 @@ class SystemSpec:
     """What the harness needs to know about a system before running its driver.
 
     ``requirements`` are pip requirement strings installed into
-    ``benchmarks/.venvs/<name>``; an empty tuple means the driver runs in the project's
-    own interpreter (the harness's ``sys.executable``). ``packages`` are distribution
-    names whose installed versions the report lists (for one that is not installed
-    but importable from the source tree, its ``__version__``). ``services`` names local services
-    the system needs besides PostgreSQL (only ``"redis"`` is known). ``settings`` says,
-    in words, the worker setting used for 2 cores (processes x concurrency).
+    ``benchmarks/.venvs/<name>``; with none (and no ``project_dependencies``) the
+    driver runs in the harness's own interpreter. ``packages`` are distribution
+    names whose installed versions the report lists. ``project_dependencies`` adds the
+    project's own dependencies (``pyproject.toml``) to ``requirements``: pgtasks' code
+    runs from the source tree, in an environment holding what ``pip install pgtasks``
+    brings. ``services`` names local services the system needs besides PostgreSQL
+    (only ``"redis"`` is known). ``settings`` says, in words, the worker setting used
+    for 2 cores (processes x concurrency).
     ``has_tables`` is False for a system that keeps its jobs outside PostgreSQL
     (its table sizes are then n/a, not 0).
     """
@@ -78,6 +79,7 @@ class SystemSpec:
     services: tuple[str, ...] = ()
     notes: str = ""
     has_tables: bool = True
+    project_dependencies: bool = False
 
 
 # --------------------------------------------------------------------------- task side
@@ -765,17 +767,8 @@ def _versions(driver_cls: type[Driver]) -> dict[str, Any]:
         try:
             packages[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
-            packages[name] = _source_version(name) or "not installed"
+            packages[name] = "not installed"
     return {"python": sys.version.split()[0], "packages": packages}
-
-
-def _source_version(name: str) -> str | None:
-    """``name.__version__`` of a package imported from the source tree, not installed."""
-    try:
-        version = getattr(importlib.import_module(name), "__version__", None)
-    except ImportError:
-        return None
-    return f"{version} (source tree)" if isinstance(version, str) else None
 
 
 def main(driver_cls: type[Driver], argv: Sequence[str] | None = None) -> None:

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 import psycopg
 
 import pgtasks
-from benchmarks.environments import project_requirements
 from benchmarks.systems.base import Driver, Job, Params, SystemSpec, job_args, main, run_task
 
 WORKER_PROCESSES = 2
@@ -51,7 +50,8 @@ class PgtasksDriver(Driver):
 
     spec = SystemSpec(
         name="pgtasks",
-        requirements=project_requirements(),  # pgtasks itself comes from the source tree
+        requirements=(),
+        project_dependencies=True,  # pgtasks itself comes from the source tree
         packages=("pgtasks", "psycopg", "orjson"),
         settings=f"{WORKER_PROCESSES} processes x {CONCURRENCY} threads, prefetch x{PREFETCH}",
         notes="apply_async per job; delay_many (COPY) for bulk; results stored, heartbeats on; jobs kept",

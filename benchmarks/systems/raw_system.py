@@ -9,7 +9,7 @@ with one ``UPDATE ... WHERE id = ANY(%s)``. Two worker processes (2 cores); an i
 worker polls every 10 ms. Finished rows are kept (status ``done``), so the deep-queue
 sizes show the table a system that keeps history would have.
 
-Runs in its own virtual environment holding psycopg as the project requires it.
+Runs in its own virtual environment holding psycopg.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.environments import project_requirements
 from benchmarks.systems.base import (
     Driver,
     Job,
@@ -69,7 +68,7 @@ class RawDriver(Driver):
 
     spec = SystemSpec(
         name="raw",
-        requirements=tuple(r for r in project_requirements() if r.startswith("psycopg[")),  # pgtasks' psycopg
+        requirements=("psycopg[binary]>=3.2",),
         packages=("psycopg", "psycopg-binary"),
         settings=(
             f"2 processes x 1 loop, claim batch {CLAIM_BATCH}, idle poll {IDLE_POLL_SECONDS * 1000:.0f} ms"
