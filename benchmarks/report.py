@@ -157,12 +157,8 @@ def _metric_table(
             f"| {system} | {_fmt(row['median'])} | {span} | {runs} | {_ratio(row['median'], reference)} |"
         )
     if metric.reference_for and SUBJECT in systems:
-        compared = next(m for m in METRICS if m.key == metric.reference_for)
-        mine = summary[compared.key][SUBJECT]["median"]
-        lines += [
-            "",
-            f"{SUBJECT}'s {compared.title.lower()} median over this reference's: {_ratio(mine, reference)}.",
-        ]
+        compared, ratio = _subject_over_reference(summary, metric)
+        lines += ["", f"{SUBJECT}'s {compared.title.lower()} median over this reference's: {ratio}."]
     notes = [f"{s}: {e}" for s in systems for e in _errors(results, s, metric.run)]
     notes += [f"{s}: keeps its jobs outside PostgreSQL" for s in systems
               if metric.field == "table_bytes" and not _has_tables(results, s)]  # fmt: skip
@@ -176,6 +172,15 @@ def _metric_table(
             "a rate covers the jobs done, a time is a lower bound (" + "; ".join(cut) + ").",
         ]
     return [*lines, ""]
+
+
+def _subject_over_reference(
+    summary: dict[str, dict[str, dict[str, float | int | None]]], metric: Metric
+) -> tuple[Metric, str]:
+    """For a further raw reference: the metric it is one for, and pgtasks' ratio to it."""
+    compared = next(m for m in METRICS if m.key == metric.reference_for)
+    mine = summary[compared.key].get(SUBJECT, {}).get("median")
+    return compared, _ratio(mine, summary[metric.key].get(REFERENCE, {}).get("median"))
 
 
 def _subject_section(
@@ -193,10 +198,8 @@ def _subject_section(
     ]
     for metric in METRICS:
         if metric.reference_for:  # a row of its own against raw's further reference
-            compared = next(m for m in METRICS if m.key == metric.reference_for)
-            mine = summary[compared.key][SUBJECT]["median"]
-            reference = summary[metric.key].get(REFERENCE, {}).get("median")
-            cells = [_ratio(mine, reference) if s == REFERENCE else "" for s in others]
+            compared, ratio = _subject_over_reference(summary, metric)
+            cells = [ratio if s == REFERENCE else "" for s in others]
             title = f"{compared.title} over raw's multi-row INSERT"
         else:
             mine = summary[metric.key][SUBJECT]["median"]

@@ -377,7 +377,8 @@ class App:
         """Write one job (what `Task.apply_async` calls); see there for arguments and errors."""
         conn = self._check_connection(options.get("connection"))
         base = self._option_params(task, options)
-        params = {name: value for name, value in base.items() if name != "_headers"}
+        params = dict(base)
+        del params["_headers"]  # raw headers: _call_fields encodes them
         params["args"], params["kwargs"], params["headers"], params["lock_key"], params["unique_key"] = (
             self._call_fields(task, args, kwargs, options, base, hooked=self._before_enqueue_hooked())
         )
