@@ -90,7 +90,18 @@ def _decode_tz(value: Any) -> dt.tzinfo | None:
     return dt.timezone(dt.timedelta(seconds=float(value)))
 
 
+# Floats whose magnitude lies in [PLAIN_FLOAT_MIN, PLAIN_FLOAT_MAX) are stored as they
+# are, without asking orjson how it writes them: it writes every one of them in plain
+# decimal notation, which jsonb reads back as the same float (tests/test_serialization.py
+# checks the range, edges included, against the installed orjson). Outside it, orjson's
+# own text decides: an exponent would come back from jsonb as a long integer.
+PLAIN_FLOAT_MIN = 1e-4
+PLAIN_FLOAT_MAX = 1e15
+
+
 def _encode_float(value: float) -> Any:
+    if PLAIN_FLOAT_MIN <= abs(value) < PLAIN_FLOAT_MAX:  # NaN and inf compare False
+        return value
     if math.isfinite(value) and not (value == 0.0 and math.copysign(1.0, value) < 0):
         text = orjson.dumps(value)
         if b"e" not in text and b"E" not in text:

@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 import enum
 import math
+import random
 import uuid
 from decimal import Decimal
 from importlib import resources
@@ -18,7 +19,7 @@ import pytest
 
 import pgtasks
 from pgtasks.errors import SerializationError
-from pgtasks.serialization import decode, dumps, encode
+from pgtasks.serialization import PLAIN_FLOAT_MAX, PLAIN_FLOAT_MIN, TAG, decode, dumps, encode
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -101,6 +102,10 @@ ROUND_TRIP: list[tuple[str, Any]] = [
     ("float-1e15", 1e15),
     ("float-1e16", 1e16),
     ("float-1e-7", 1e-7),
+    # The edges of the range stored without asking orjson (PLAIN_FLOAT_MIN/MAX).
+    ("float-plain-min", 1e-4),
+    ("float-below-plain-min", math.nextafter(1e-4, 0.0)),
+    ("float-below-plain-max", -math.nextafter(1e15, 0.0)),
     ("float-max", 1.7976931348623157e308),
     ("float-tiny", 5e-324),
     ("float-neg-zero", -0.0),
@@ -163,6 +168,20 @@ def test_value_round_trips_through_a_job_row(app: pgtasks.App, value: Any) -> No
     assert_same(job.args[0], value, "args[0]")
     assert_same(job.kwargs["kw"], value, "kwargs['kw']")
     assert_same(job.headers["h"], value, "headers['h']")
+
+
+def test_floats_stored_as_they_are_are_the_ones_orjson_writes_without_an_exponent() -> None:
+    # jsonb reads an exponent back as a long integer, so a float is stored bare only
+    # when orjson writes it in plain notation; encode skips asking inside the range.
+    rng = random.Random(20261201)
+    inside = [PLAIN_FLOAT_MIN, math.nextafter(PLAIN_FLOAT_MAX, 0.0), 0.1, 123456789012345.6]
+    inside += [rng.choice((1, -1)) * 10 ** rng.uniform(-4, 15) for _ in range(20_000)]
+    inside = [x for x in inside if PLAIN_FLOAT_MIN <= abs(x) < PLAIN_FLOAT_MAX]
+    assert len(inside) > 19_000
+    written = [orjson.dumps(x) for x in inside]
+    assert [x for x, text in zip(inside, written, strict=True) if b"e" in text.lower()] == []
+    assert all(encode(x) is x for x in inside)
+    assert encode(1e16) == {TAG: "float", "v": "1e+16"}
 
 
 def test_many_values_in_one_call_round_trip(app: pgtasks.App) -> None:
