@@ -3,7 +3,8 @@
 Each metric gets a table: per system the median over repetitions, min-max, how many
 repetitions produced a number, and the ratio of the median to the raw-SQL
 reference's. When pgtasks is present, a further table gives its median over each
-peer's and over raw's.
+peer's and over raw's. Bar charts of the throughput and latency figures
+(`benchmarks.plots`) go beside the report as PNG files, linked from it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.figures import METRICS, RUNS, Metric
+from benchmarks.plots import write_plots
 from benchmarks.registry import REFERENCE, SUBJECT
 
 
@@ -88,8 +90,8 @@ def _errors(results: dict[str, Any], system: str, run_key: str) -> list[str]:
     return sorted({r["error"] for r in runs if not r.get("ok") and r.get("error")})
 
 
-def render_markdown(results: dict[str, Any]) -> str:
-    """The whole report as Markdown text."""
+def render_markdown(results: dict[str, Any], plots: list[tuple[str, str]] | None = None) -> str:
+    """The whole report as Markdown text; ``plots`` are (caption, file name) pairs to link."""
     summary = summarize(results)
     systems = [s for s, e in results["systems"].items() if e.get("status") == "ok"]
     lines: list[str] = ["# Benchmarks", ""]
@@ -108,6 +110,15 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines += _metric_table(results, summary, metric, systems)
     if SUBJECT in systems:
         lines += _subject_section(summary, systems)
+    if plots:
+        lines += [
+            "## Plots",
+            "",
+            "Medians, with whiskers from the minimum to the maximum. A run cut short at the time "
+            "limit (partial in the tables above) is drawn at the rate it reached.",
+            "",
+        ]
+        lines += [f"![{caption}]({name})\n" for caption, name in plots]
     lines += _environment_section(results)
     lines += _sizes_section(results)
     analysis = Path(__file__).with_name("analysis.md")
@@ -242,9 +253,11 @@ def _sizes_section(results: dict[str, Any]) -> list[str]:
 
 
 def write(results: dict[str, Any], markdown_path: Path, json_path: Path) -> None:
-    """Write the Markdown report and the JSON of raw numbers (with the summary)."""
+    """Write the Markdown report, its charts (PNG files beside it) and the JSON of raw numbers."""
     markdown_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    markdown_path.write_text(render_markdown(results))
-    payload = dict(results, summary=summarize(results))
+    summary = summarize(results)
+    systems = [s for s, e in results["systems"].items() if e.get("status") == "ok"]
+    markdown_path.write_text(render_markdown(results, write_plots(summary, systems, markdown_path)))
+    payload = dict(results, summary=summary)
     json_path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -56,8 +57,13 @@ def _median(section: str, system: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, object]]:
-    out = tmp_path_factory.mktemp("bench") / "benchmarks.md"
+def smoke_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bench") / "benchmarks.md"
+
+
+@pytest.fixture(scope="module")
+def smoke_run(smoke_out: Path) -> tuple[str, dict[str, object]]:
+    out = smoke_out
     command = [
         sys.executable, "-m", "benchmarks", "run", "--quick", "--systems", ",".join(SYSTEMS),
         "--n", "500", "--dsn", DSN, "--out", str(out),
@@ -67,6 +73,19 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, 
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return out.read_text(), json.loads(out.with_suffix(".json").read_text())
+
+
+def test_report_links_its_throughput_and_latency_charts(
+    smoke_run: tuple[str, dict[str, object]], smoke_out: Path
+) -> None:
+    markdown, _ = smoke_run
+    section = _sections(markdown)["Plots"]
+    for name in ("benchmarks-throughput.png", "benchmarks-latency.png"):
+        assert f"]({name})" in section, section
+        data = (smoke_out.parent / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n", name
+        width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk
+        assert width > 400 and height > 200, (name, width, height)
 
 
 def test_report_has_a_positive_median_per_figure_and_system(smoke_run: tuple[str, dict[str, object]]) -> None:
