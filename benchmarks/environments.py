@@ -5,9 +5,9 @@ Every system's requirements are installed from PyPI into ``benchmarks/.venvs/<na
 the requirement list that was installed, so a later run reuses the environment unless
 the list changed. pgtasks and the raw reference get theirs like every peer (the
 project's dependencies, `project_requirements`; psycopg) and run this repository's
-code from the source tree,
-which the drivers find on ``PYTHONPATH``: none of the systems shares the harness's
-environment, whose shared libraries the harness itself keeps mapped (see
+code from the source tree, which the drivers find on ``PYTHONPATH`` (the runner
+byte-compiles it once per run, `compile_project`): none of the systems shares the
+harness's environment, whose shared libraries the harness itself keeps mapped (see
 `benchmarks.systems.base.evict_shared_objects`). A system with no requirements
 would run in the harness's own interpreter.
 """
@@ -43,7 +43,6 @@ def interpreter_for(spec: SystemSpec, install: bool = True) -> Path:
     Raises :class:`EnvironmentUnavailable` when the venv cannot be created or pip
     fails (the message holds the tail of pip's output).
     """
-    compile_project()  # every driver runs the harness's modules from the source tree
     requirements = spec.requirements + (project_requirements() if spec.project_dependencies else ())
     if not requirements:
         return Path(sys.executable)

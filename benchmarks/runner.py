@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import pg
-from benchmarks.environments import EnvironmentUnavailable, check_services, interpreter_for, redis_version
+from benchmarks.environments import (
+    EnvironmentUnavailable,
+    check_services,
+    compile_project,
+    interpreter_for,
+    redis_version,
+)
 from benchmarks.figures import BASE_DEADLINE, RUNS
 from benchmarks.invoke import run_op
 from benchmarks.machine import machine_info
@@ -142,6 +148,7 @@ def run(config: RunConfig) -> dict[str, Any]:
     Raises psycopg.OperationalError when PostgreSQL at ``config.dsn`` is unreachable.
     """
     pg.check_reachable(config.dsn)
+    compile_project()  # every driver runs the project's modules from the source tree
     started = time.time()
     results: dict[str, Any] = {
         "command": config.command,
