@@ -98,6 +98,10 @@ class Metric:
     reference_for: str = ""  # a further raw-SQL reference for the metric of this key
 
 
+# What benchmarks.report.summarize makes of a run, per metric key and system: the median,
+# min and max over the repetitions (None without a number) and how many produced one.
+Summary = dict[str, dict[str, dict[str, float | int | None]]]
+
 MIB = 1.0 / (1024 * 1024)
 
 

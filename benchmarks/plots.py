@@ -17,17 +17,18 @@ matplotlib.use("Agg")  # files only, no display
 
 from matplotlib import pyplot as plt  # after the backend is chosen
 
-# The summary of benchmarks.report: {metric key: {system: {"median", "min", "max", "n"}}}.
-Summary = dict[str, dict[str, dict[str, float | int | None]]]
+from benchmarks.figures import METRICS, Summary
+
+UNITS = {metric.key: metric.unit for metric in METRICS}
 
 
 @dataclass(frozen=True, slots=True)
 class Chart:
-    """One PNG: the metrics it shows (key -> x-axis label), its unit and its file suffix."""
+    """One PNG: its file suffix, caption, the metrics it shows (key -> x-axis label; one
+    unit, that of the metrics), and whether its axis is logarithmic."""
 
     suffix: str
     caption: str
-    unit: str
     labels: dict[str, str]
     log: bool
 
@@ -36,7 +37,6 @@ CHARTS = (
     Chart(
         "throughput",
         "Throughput (jobs/s, log scale; whiskers: min-max)",
-        "jobs/s",
         {
             "enqueue_one": "enqueue,\none call per job",
             "enqueue_bulk": "bulk enqueue",
@@ -49,7 +49,6 @@ CHARTS = (
     Chart(
         "latency",
         "Latency, enqueue call to task start (ms; whiskers: min-max)",
-        "ms",
         {"latency_p50": "p50", "latency_p95": "p95", "latency_p99": "p99"},
         log=False,
     ),
@@ -99,7 +98,7 @@ def _draw(chart: Chart, summary: Summary, systems: list[str], path: Path) -> boo
             drawn = True
     if drawn:
         axes.set_xticks(range(len(keys)), [chart.labels[k] for k in keys])
-        axes.set_ylabel(chart.unit)
+        axes.set_ylabel(UNITS[keys[0]])
         if chart.log:
             axes.set_yscale("log")
         axes.grid(axis="y", alpha=0.3)

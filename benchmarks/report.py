@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from benchmarks.figures import METRICS, RUNS, Metric
+from benchmarks.figures import METRICS, RUNS, Metric, Summary
 from benchmarks.plots import write_plots
 from benchmarks.registry import REFERENCE, SUBJECT
 
@@ -31,9 +31,9 @@ def metric_values(results: dict[str, Any], system: str, metric: Metric) -> list[
     return values
 
 
-def summarize(results: dict[str, Any]) -> dict[str, dict[str, dict[str, float | int | None]]]:
+def summarize(results: dict[str, Any]) -> Summary:
     """``{metric: {system: {"median", "min", "max", "n"}}}`` for every system that ran."""
-    out: dict[str, dict[str, dict[str, float | int | None]]] = {}
+    out: Summary = {}
     for metric in METRICS:
         per_system: dict[str, dict[str, float | int | None]] = {}
         for system, entry in results["systems"].items():
@@ -153,7 +153,7 @@ def _systems_section(results: dict[str, Any]) -> list[str]:
 
 def _metric_table(
     results: dict[str, Any],
-    summary: dict[str, dict[str, dict[str, float | int | None]]],
+    summary: Summary,
     metric: Metric,
     systems: list[str],
 ) -> list[str]:
@@ -190,18 +190,14 @@ def _metric_table(
     return [*lines, ""]
 
 
-def _subject_over_reference(
-    summary: dict[str, dict[str, dict[str, float | int | None]]], metric: Metric
-) -> tuple[Metric, str]:
+def _subject_over_reference(summary: Summary, metric: Metric) -> tuple[Metric, str]:
     """For a further raw reference: the metric it is one for, and pgtasks' ratio to it."""
     compared = next(m for m in METRICS if m.key == metric.reference_for)
     mine = summary[compared.key].get(SUBJECT, {}).get("median")
     return compared, _ratio(mine, summary[metric.key].get(REFERENCE, {}).get("median"))
 
 
-def _subject_section(
-    summary: dict[str, dict[str, dict[str, float | int | None]]], systems: list[str]
-) -> list[str]:
+def _subject_section(summary: Summary, systems: list[str]) -> list[str]:
     others = [s for s in systems if s != SUBJECT]
     lines = [
         f"## {SUBJECT} relative to each system",

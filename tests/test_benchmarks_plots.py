@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.plots import CHARTS, write_plots
+from benchmarks.plots import CHARTS, UNITS, write_plots
 
 
 def _cell(median: float) -> dict[str, float | int | None]:
@@ -31,3 +31,10 @@ def test_a_chart_without_any_number_is_left_out(tmp_path: Path) -> None:
     written = write_plots(summary, ["raw"], tmp_path / "report.md")
     assert [name for _, name in written] == ["report-throughput.png"]
     assert not (tmp_path / "report-latency.png").exists()
+
+
+def test_each_chart_shows_known_metrics_of_one_unit() -> None:
+    # The y-axis label is the unit of the chart's first metric: it must be every one's.
+    for chart in CHARTS:
+        assert set(chart.labels) <= set(UNITS), chart.suffix
+        assert len({UNITS[key] for key in chart.labels}) == 1, chart.suffix
