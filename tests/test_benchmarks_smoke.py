@@ -63,16 +63,15 @@ def smoke_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def smoke_run(smoke_out: Path) -> tuple[str, dict[str, object]]:
-    out = smoke_out
     command = [
         sys.executable, "-m", "benchmarks", "run", "--quick", "--systems", ",".join(SYSTEMS),
-        "--n", "500", "--dsn", DSN, "--out", str(out),
+        "--n", "500", "--dsn", DSN, "--out", str(smoke_out),
     ]  # fmt: skip
     # A first run also creates raw's and pgtasks' virtual environments (pip, about 10 s
     # from pip's cache, longer from the index).
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    return out.read_text(), json.loads(out.with_suffix(".json").read_text())
+    return smoke_out.read_text(), json.loads(smoke_out.with_suffix(".json").read_text())
 
 
 def test_report_links_its_throughput_and_latency_charts(
