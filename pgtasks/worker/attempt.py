@@ -17,9 +17,13 @@ from pgtasks.worker.outcome import Outcome, decide, error_record
 __all__ = ["Success", "run_attempt"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Success:
-    """A successful attempt: the result and its stored JSON form."""
+    """A successful attempt: the result and its stored JSON form.
+
+    Not frozen, like `pgtasks.context.Request`: one is made per job, and a frozen
+    dataclass pays one ``object.__setattr__`` per field on creation.
+    """
 
     result: Any
     result_json: str

@@ -24,9 +24,9 @@ __all__ = ["Completer", "Completion", "succeed_batch_params"]
 log = logging.getLogger("pgtasks.worker")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Completion:
-    """A successful attempt waiting to be written."""
+    """A successful attempt waiting to be written (one per job: not frozen, see `Success`)."""
 
     job_id: int
     task_name: str
@@ -145,7 +145,7 @@ class Completer:
         delay = 0.05
         while True:
             try:
-                rows = self.store.fetch_all(
+                rows = self.store.fetch_tuples(
                     "job_succeed_batch",
                     succeed_batch_params(
                         self.worker_id, [c.job_id for c in items], [c.result_json for c in items]
@@ -163,7 +163,7 @@ class Completer:
                 log.warning("recording results failed (%s); retrying in %.2fs", exc, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
-        done = {int(r["id"]) for r in rows}
+        done = {r[0] for r in rows}  # job_succeed_batch returns the ids it completed
         lost = {c.job_id for c in items} - done
         self.written += len(done)
         if lost:
