@@ -123,9 +123,7 @@ def test_the_opt_out_keeps_the_command_line_image(
 def test_a_worker_that_cannot_reexecute_runs_in_its_first_image(dsn: str, tmp_path: Path) -> None:
     setup_ledger(dsn)
     script = (
-        "import sys; sys.executable = '/nonexistent/python'\n"
-        "from pgtasks.cli import main\n"
-        "main(sys.argv[1:])"
+        "import sys; sys.executable = '/nonexistent/python'\nfrom pgtasks.cli import main\nmain(sys.argv[1:])"
     )
     args = ["-A", "tests.apps.worker_app:app", "--dsn", dsn, "worker", "--burst", "--poll-interval", "0.1"]
     proc = subprocess.run(
