@@ -9,10 +9,10 @@ import pytest
 
 import pgtasks
 from pgtasks.context import CLAIM_COLUMNS, Request, request_from_claim
-from pgtasks.store import text_array_literal
+from pgtasks.store import Row, text_array_literal
 
 
-def _claim(app: pgtasks.App, limit: int, *, fair: bool) -> list[dict[str, object]]:
+def _claim(app: pgtasks.App, limit: int, *, fair: bool) -> list[Row]:
     return app.store.fetch_all(
         "job_claim_batch",
         {

@@ -110,7 +110,7 @@ def test_scheduler_names_stay_importable_from_the_package() -> None:
     assert pgtasks.Schedule is Schedule
     assert {"Run", "Schedule", "ScheduleSpec"} <= set(dir(pgtasks))
     with pytest.raises(AttributeError):
-        pgtasks.NoSuchName  # type: ignore[attr-defined]  # noqa: B018
+        pgtasks.NoSuchName  # noqa: B018
 
 
 def test_importing_pgtasks_does_not_import_the_scheduler() -> None:

@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import psycopg
+from conftest import REPO
 
 import pgtasks
-from tests.conftest import REPO
 
 
 def test_printed_script_builds_the_whole_schema(empty_dsn: str) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pgtasks import hookspecs
 from pgtasks.plugins import make_plugin_manager
@@ -19,7 +21,8 @@ def _specs() -> dict[str, object]:
 
 def _expected_kind(name: str) -> str:
     fn = _specs()[name]
-    opts = make_plugin_manager(load_entry_points=False).parse_hookspec_opts(hookspecs, name) or {}
+    manager = make_plugin_manager(load_entry_points=False)
+    opts: Mapping[str, Any] = manager.parse_hookspec_opts(hookspecs, name) or {}
     if opts.get("historic"):
         return "historic"
     if opts.get("firstresult"):

@@ -14,13 +14,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from helpers import eventually
 
 import pgtasks
 from pgtasks.context import CLAIM_COLUMNS
 from pgtasks.store import bigint_array_literal, text_array_literal
 from pgtasks.worker import Worker
 from pgtasks.worker.hints import WakeHints
-from tests.helpers import eventually
 
 WORKER = "w-hints"
 

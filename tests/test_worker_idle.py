@@ -6,9 +6,10 @@ import threading
 import time
 from typing import Any
 
+from helpers import eventually
+
 import pgtasks
 from pgtasks.worker import Worker
-from tests.helpers import eventually
 
 
 def test_lock_blocked_due_job_does_not_make_the_claim_loop_spin(app: pgtasks.App) -> None:

@@ -328,12 +328,12 @@ def test_completer_writes_every_result_added_from_many_threads(
     )
     completer.start()
     chunks = [ids[i::4] for i in range(4)]
-    threads = [
-        threading.Thread(
-            target=lambda chunk=chunk: [completer.add(Completion(i, "t", "null", None, 0.0)) for i in chunk]
-        )
-        for chunk in chunks
-    ]
+
+    def add_all(chunk: list[int]) -> None:
+        for i in chunk:
+            completer.add(Completion(i, "t", "null", None, 0.0))
+
+    threads = [threading.Thread(target=add_all, args=(chunk,)) for chunk in chunks]
     for t in threads:
         t.start()
     for t in threads:
