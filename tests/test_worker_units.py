@@ -6,7 +6,9 @@ size, and a `Worker` run in a thread and stopped with `request_stop`.
 from __future__ import annotations
 
 import datetime as dt
+import multiprocessing
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +24,10 @@ from pgtasks.store import Store
 from pgtasks.task import MAX_DELAY, UNLIMITED_ATTEMPTS, TaskOptions, backoff_delay
 from pgtasks.worker import Worker, WorkerConfig
 from pgtasks.worker.completer import Completer, Completion, succeed_batch_params
+from pgtasks.worker.listener import Listener
 from pgtasks.worker.outcome import decide
+from pgtasks.worker.pool import HeldJob
+from pgtasks.worker.processes import _Slot
 from pgtasks.worker.services import Heartbeat, Reaper, ReaperConfig
 
 SECOND = dt.timedelta(seconds=1)
@@ -250,6 +255,69 @@ def test_heartbeat_extends_the_lease_and_passes_on_cancel_requests(
     conn.execute("DELETE FROM pgtasks.workers WHERE id = 'hb'")
     assert beat.run_once().extended is False
     assert lost == [True]
+
+
+# -- notifications and children ------------------------------------------------------------------
+
+
+def test_listener_survives_a_failing_callback_and_calls_only_bad_payloads_malformed(
+    store: Store, conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    cancelled: list[int] = []
+    enqueued: list[str] = []
+
+    def on_cancel(job_id: int) -> None:
+        if job_id == 1:  # what a slot raised when asked to kill a child it was closing
+            raise ValueError("process object is closed")
+        cancelled.append(job_id)
+
+    listener = Listener(store, enqueued.append, on_cancel, lambda: None)
+    listener.start()
+    try:
+        assert listener.connected.wait(10)
+        for channel, payload in [
+            ("pgtasks_cancel", "1"),
+            ("pgtasks_cancel", "x"),
+            ("pgtasks_cancel", "2"),
+            ("pgtasks_jobs", "q"),
+        ]:
+            conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+        eventually(lambda: cancelled == [2] and enqueued == ["q"], timeout=10, message="later notifications")
+    finally:
+        listener.stop()
+    messages = [r.getMessage() for r in caplog.records]
+    assert "handling the pgtasks_cancel notification '1' failed" in messages
+    assert "ignored malformed cancel notification 'x'" in messages
+    assert not [m for m in messages if "malformed" in m and "'1'" in m]
+
+
+def test_a_slot_kills_its_child_only_for_the_job_it_runs() -> None:
+    running = HeldJob(None, Request(id=1, task_name="t"))
+    finished = HeldJob(None, Request(id=2, task_name="t"))
+    slot = _Slot.__new__(_Slot)  # the kill/close protocol only; no pool, no worker
+    slot.lock = threading.Lock()
+    slot.killed_for = None
+    slot.conn = None
+    slot.current = running
+    slot.process = multiprocessing.get_context("fork").Process(target=time.sleep, args=(30,), daemon=True)
+    slot.process.start()
+    child = slot.process
+    try:
+        # A cancel or hard limit that arrives after the slot moved on must not hit the
+        # next job's child.
+        assert slot.kill("cancel", finished) is False
+        assert child.is_alive() and slot.killed_for is None
+        assert slot.kill("cancel", running) is True
+        assert slot.killed_for == "cancel"
+        child.join(5)
+        assert not child.is_alive()
+        slot.close()
+        assert slot.process is None
+        # Closed meanwhile: nothing to kill, and no error from a closed process object.
+        assert slot.kill("cancel", running) is False
+    finally:
+        if slot.process is not None:
+            slot.process.kill()
 
 
 # -- completion ---------------------------------------------------------------------------------

@@ -62,6 +62,25 @@ class Listener:
             self._thread.join(timeout)
             self._thread = None
 
+    def _dispatch(self, channel: str, payload: str) -> None:
+        """Hand one notification to its callback; a callback's error never stops the listener.
+
+        Only the payload decides whether a cancel notification is malformed: an
+        error raised by the callback itself is logged as what it is.
+        """
+        try:
+            if channel != "pgtasks_cancel":
+                self.on_jobs(payload)
+                return
+            try:
+                job_id = int(payload)
+            except ValueError:
+                log.warning("ignored malformed cancel notification %r", payload)
+                return
+            self.on_cancel(job_id)
+        except Exception:
+            log.exception("handling the %s notification %r failed", channel, payload)
+
     def _connect(self) -> psycopg.Connection[object]:
         conn = self.store.connect()
         self.store.execute("listen_jobs", conn=conn)
@@ -91,13 +110,7 @@ class Listener:
                 with conn:
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=0.5):
-                            if note.channel == "pgtasks_cancel":
-                                try:
-                                    self.on_cancel(int(note.payload))
-                                except ValueError:
-                                    log.warning("ignored malformed cancel notification %r", note.payload)
-                            else:
-                                self.on_jobs(note.payload)
+                            self._dispatch(note.channel, note.payload)
             except psycopg.Error as exc:
                 self.connected.clear()
                 if not self._stop.is_set():

@@ -71,7 +71,7 @@ class _Slot:
             return
         parent_conn, child_conn = _CTX.Pipe()
         worker = self.pool.worker
-        self.process = _CTX.Process(
+        process = _CTX.Process(
             target=_child_main,
             args=(
                 worker.config.app_spec,
@@ -84,13 +84,23 @@ class _Slot:
             name=f"pgtasks-child-{self.index}",
             daemon=True,
         )
-        self.process.start()
+        process.start()
         child_conn.close()
+        with self.lock:
+            self.process = process
         self.conn = parent_conn
         self.jobs = 0
 
-    def kill(self, why: str) -> bool:
+    def kill(self, why: str, job: HeldJob | None = None) -> bool:
+        """Kill the child (only while it runs ``job``, when given); False if there was none.
+
+        Another thread (the listener, the time-limit watchdog) calls this while the
+        slot's own thread may be closing the child or starting the next one: the
+        lock keeps it from touching a closed process or killing the next job's child.
+        """
         with self.lock:
+            if job is not None and self.current is not job:
+                return False
             if self.process is None or not self.process.is_alive():
                 return False
             self.killed_for = why
@@ -98,17 +108,19 @@ class _Slot:
             return True
 
     def close(self) -> None:
-        if self.process is None:
+        process = self.process
+        if process is None:
             return
-        if self.process.is_alive() and self.conn is not None:
+        if process.is_alive() and self.conn is not None:
             with contextlib.suppress(OSError):
                 self.conn.send(None)
-            self.process.join(2.0)
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(2.0)
-        self.process.close()
-        self.process = None
+            process.join(2.0)
+        if process.is_alive():
+            process.kill()
+        process.join(2.0)
+        with self.lock:
+            process.close()
+            self.process = None
 
 
 class ProcessPool:
@@ -209,10 +221,7 @@ class ProcessPool:
     def terminate(self, job: HeldJob) -> bool:
         """Kill the child running ``job`` (cancel with terminate, or a hard time limit)."""
         why = "cancel" if job.cancelled else "time_limit"
-        for slot in self._slots:
-            if slot.current is job:
-                return slot.kill(why)
-        return False
+        return any(slot.kill(why, job) for slot in self._slots)
 
     def stop(self, timeout: float) -> bool:
         """Let running jobs finish within ``timeout``, then stop every child."""
