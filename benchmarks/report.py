@@ -95,9 +95,16 @@ def measured_systems(results: dict[str, Any]) -> list[str]:
     return [s for s, e in results["systems"].items() if e.get("status") == "ok"]
 
 
-def render_markdown(results: dict[str, Any], plots: list[tuple[str, str]] | None = None) -> str:
-    """The whole report as Markdown text; ``plots`` are (caption, file name) pairs to link."""
-    summary = summarize(results)
+def render_markdown(
+    results: dict[str, Any], plots: list[tuple[str, str]] | None = None, summary: Summary | None = None
+) -> str:
+    """The whole report as Markdown text.
+
+    ``plots`` are (caption, file name) pairs to link; ``summary`` is `summarize` of
+    ``results`` when the caller has it already (computed here otherwise).
+    """
+    if summary is None:
+        summary = summarize(results)
     systems = measured_systems(results)
     lines: list[str] = ["# Benchmarks", ""]
     lines += [
@@ -259,6 +266,6 @@ def write(results: dict[str, Any], markdown_path: Path, json_path: Path) -> None
     json_path.parent.mkdir(parents=True, exist_ok=True)
     summary = summarize(results)
     plots = write_plots(summary, measured_systems(results), markdown_path)
-    markdown_path.write_text(render_markdown(results, plots))
+    markdown_path.write_text(render_markdown(results, plots, summary))
     payload = dict(results, summary=summary)
     json_path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
