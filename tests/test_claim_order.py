@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import random
+from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -12,19 +15,20 @@ from pgtasks.context import CLAIM_COLUMNS, Request, request_from_claim
 from pgtasks.store import Row, text_array_literal
 
 
-def _claim(app: pgtasks.App, limit: int, *, fair: bool) -> list[Row]:
-    return app.store.fetch_all(
-        "job_claim_batch",
-        {
-            "queues": ["default"],
-            "start_tenant": "",
-            "max_tenants": 100,
-            "limit": limit,
-            "now": None,
-            "fair": fair,
-            "worker_id": "w-order",
-        },
-    )
+def _params(limit: int, *, fair: bool, now: Any = None, queue: str = "default") -> dict[str, Any]:
+    return {
+        "queues": [queue],
+        "start_tenant": "",
+        "max_tenants": 100,
+        "limit": limit,
+        "now": now,
+        "fair": fair,
+        "worker_id": "w-order",
+    }
+
+
+def _claim(app: pgtasks.App, limit: int, *, fair: bool, now: Any = None) -> list[Row]:
+    return app.store.fetch_all("job_claim_batch", _params(limit, fair=fair, now=now))
 
 
 def test_fair_claim_interleaves_tenants_in_returned_order(app: pgtasks.App) -> None:
@@ -48,6 +52,85 @@ def test_strict_claim_follows_priority_then_age(app: pgtasks.App) -> None:
         prio.apply_async((i,), priority=priority, tenant=f"t{i % 2}")
     rows = _claim(app, 5, fair=False)
     assert [r["args"][0] for r in rows] == [1, 3, 2, 0, 4]
+
+
+@pytest.mark.parametrize("fair", [True, False])
+@pytest.mark.parametrize("limit", [1, 5, 40, 500])
+def test_claim_takes_due_jobs_between_future_ones_in_order(
+    app: pgtasks.App, conn: psycopg.Connection[Any], fair: bool, limit: int
+) -> None:
+    """Due and future jobs mixed in every (tenant, priority): the claim takes exactly the
+    due ones, in the order a plain sort of them gives."""
+
+    @app.task(name="order.mixed")
+    def mixed(i: int) -> int:
+        return i
+
+    row = conn.execute("SELECT now()").fetchone()
+    assert row is not None
+    base = row[0]
+    rng = random.Random(limit * 2 + fair)
+    for i in range(300):
+        mixed.apply_async(
+            (i,),
+            tenant=rng.choice(["a", "b", "c"]),
+            priority=rng.choice([-2, 0, 3, 7]),
+            eta=base + timedelta(seconds=rng.choice([-50, -5, 0, 5, 50]) + i / 1000),
+        )
+    now = base + timedelta(seconds=1)
+    jobs = conn.execute(
+        "SELECT id, tenant, priority, run_at FROM pgtasks.jobs WHERE run_at <= %s", (now,)
+    ).fetchall()
+    by_tenant: dict[str, list[tuple[int, int, Any]]] = {}
+    for job_id, tenant, priority, run_at in sorted(jobs, key=lambda j: (-j[2], j[3], j[0])):
+        by_tenant.setdefault(tenant, []).append((job_id, priority, run_at))
+    ranked = [
+        (turn if fair else 0, -priority, run_at, job_id)
+        for tenant_jobs in by_tenant.values()
+        for turn, (job_id, priority, run_at) in enumerate(tenant_jobs)
+    ]
+    expected = [job_id for *_, job_id in sorted(ranked)[:limit]]
+    rows = _claim(app, limit, fair=fair, now=now)
+    assert [r["id"] for r in rows] == expected
+    assert conn.execute("SELECT count(*) FROM pgtasks.jobs WHERE status = 'running'").fetchone() == (
+        len(expected),
+    )
+
+
+def test_jobs_due_later_cost_the_claim_no_index_reads(app: pgtasks.App, dsn: str) -> None:
+    """A claim reads each (tenant, priority) range of the claim index up to its first job
+    due later: the 40,000 jobs due later here add none of their pages to the read."""
+
+    @app.task(name="order.deep", queue="deep")
+    def deep(i: int) -> int:
+        return i
+
+    deep.delay_many(list(range(20_000)), tenant="x", countdown=86_400)
+    deep.delay_many(list(range(5)), tenant="x")
+    deep.delay_many(list(range(3)), tenant="x", priority=-1)
+    deep.delay_many(list(range(20_000)), tenant="y", priority=2, countdown=86_400)
+    deep.delay_many(list(range(4)), tenant="y", priority=2)
+    with psycopg.connect(dsn) as conn:
+        conn.execute("ANALYZE pgtasks.jobs")
+        query = app.store.query("job_claim_batch")
+        row = conn.execute(
+            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {query}", _params(256, fair=True, queue="deep")
+        ).fetchone()
+        assert row is not None
+        claimed = conn.execute("SELECT count(*) FROM pgtasks.jobs WHERE status = 'running'").fetchone()
+        conn.rollback()
+    assert claimed == (12,)
+    scans = [n for n in _plan_nodes(row[0][0]["Plan"]) if n.get("Index Name") == "jobs_claim_idx"]
+    assert scans, "the claim did not use the claim index"
+    pages = sum(n["Shared Hit Blocks"] + n["Shared Read Blocks"] for n in scans)
+    # Reading the 40,000 future entries takes over 200 leaf pages; the due ranges take a few.
+    assert pages < 60, f"{pages} pages of the claim index read for 12 due jobs"
+
+
+def _plan_nodes(node: dict[str, Any]) -> Any:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
 
 
 def test_claim_columns_name_what_the_claim_returns(app: pgtasks.App) -> None:

@@ -163,27 +163,30 @@ ORDER BY queue, status;
 -- Claim up to %(limit)s due jobs for a worker: tenants served round-robin (fair) or by strict
 -- priority; at most one job per lock key, none whose lock key is running elsewhere.
 -- Tenants are found by a skip scan of jobs_claim_idx per queue, starting at %(start_tenant)s
--- (inclusive) and looking at most at %(max_tenants)s tenants per queue.
+-- (inclusive) and looking at most at %(max_tenants)s tenants per queue. Inside a tenant, each
+-- priority is its own range of the index, whose due jobs come first (run_at follows priority
+-- in the key): the claim reads each range up to its first future job and probes for the next
+-- priority, so jobs due later cost one probe per (tenant, priority), not one index entry each.
 -- The per-tenant sub-selects lock with SKIP LOCKED inside LATERAL; the outer UPDATE joins on
 -- the picked ids, so no LIMITed sub-select sits in a WHERE ... IN (the planner trap).
 WITH RECURSIVE tenants AS (
-    SELECT f.queue, f.tenant, 1 AS n
+    SELECT f.queue, f.tenant, f.priority, 1 AS n
     FROM unnest(%(queues)s::text[]) AS q(queue)
     CROSS JOIN LATERAL (
-        SELECT j.queue, j.tenant
+        SELECT j.queue, j.tenant, j.priority
         FROM pgtasks.jobs j
         WHERE j.status = 'queued' AND j.queue = q.queue AND j.tenant >= %(start_tenant)s::text
-        ORDER BY j.tenant
+        ORDER BY j.tenant, j.priority DESC
         LIMIT 1
     ) f
     UNION ALL
-    SELECT nxt.queue, nxt.tenant, t.n + 1
+    SELECT nxt.queue, nxt.tenant, nxt.priority, t.n + 1
     FROM tenants t
     CROSS JOIN LATERAL (
-        SELECT j.queue, j.tenant
+        SELECT j.queue, j.tenant, j.priority
         FROM pgtasks.jobs j
         WHERE j.status = 'queued' AND j.queue = t.queue AND j.tenant > t.tenant
-        ORDER BY j.tenant
+        ORDER BY j.tenant, j.priority DESC
         LIMIT 1
     ) nxt
     WHERE t.n < %(max_tenants)s
@@ -191,22 +194,43 @@ WITH RECURSIVE tenants AS (
 candidates AS (
     -- Each tenant's due jobs in priority order, numbered (turn) as the ordered sub-select
     -- returns them: OVER () takes its input's order, where OVER (ORDER BY ...) would sort
-    -- again (the planner does not carry the order through the row locks).
+    -- again (the planner does not carry the order through the row locks). The tenant's
+    -- priorities come from the recursion highest first (its first is the one the tenants
+    -- skip scan saw); each priority's due jobs in run-at order, stopping at the limit, so
+    -- a lower priority is probed only if the higher ones did not fill it.
     SELECT c.*
     FROM tenants t
     CROSS JOIN LATERAL (
         SELECT l.*, row_number() OVER () AS turn
         FROM (
-            SELECT j.id, j.priority, j.run_at, j.lock_key
-            FROM pgtasks.jobs j
-            WHERE j.status = 'queued' AND j.queue = t.queue AND j.tenant = t.tenant
-              AND j.run_at <= coalesce(%(now)s::timestamptz, now())
-              AND (j.lock_key IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM pgtasks.jobs r
-                    WHERE r.lock_key = j.lock_key AND r.status = 'running'))
-            ORDER BY j.priority DESC, j.run_at, j.id
+            WITH RECURSIVE priorities AS (
+                SELECT t.priority
+                UNION ALL
+                SELECT (SELECT j.priority
+                        FROM pgtasks.jobs j
+                        WHERE j.status = 'queued' AND j.queue = t.queue AND j.tenant = t.tenant
+                          AND j.priority < p.priority
+                        ORDER BY j.priority DESC
+                        LIMIT 1)
+                FROM priorities p
+                WHERE p.priority IS NOT NULL
+            )
+            SELECT d.*
+            FROM priorities p
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.priority, j.run_at, j.lock_key
+                FROM pgtasks.jobs j
+                WHERE j.status = 'queued' AND j.queue = t.queue AND j.tenant = t.tenant
+                  AND j.priority = p.priority
+                  AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+                  AND (j.lock_key IS NULL OR NOT EXISTS (
+                        SELECT 1 FROM pgtasks.jobs r
+                        WHERE r.lock_key = j.lock_key AND r.status = 'running'))
+                ORDER BY j.run_at, j.id
+                LIMIT %(limit)s
+                FOR UPDATE SKIP LOCKED
+            ) d
             LIMIT %(limit)s
-            FOR UPDATE SKIP LOCKED
         ) l
     ) c
 ),

@@ -339,10 +339,11 @@ class Worker:
     def _wait_if_nothing_due(self) -> float | None:
         """At a poll with no job held: seconds to sleep on if no queued job is due yet.
 
-        A claim finds only due jobs, and with none due it would still walk every
-        queued job of the tenants it visits; `job_next_run_at` answers the same
-        question in a few index probes. So a poll on an idle worker asks that first,
-        and claims only when something is due. Returns None to claim: a job is due
+        With nothing due a claim finds nothing, after its tenant skip scan, a probe
+        per (tenant, priority) and a write transaction; `job_next_run_at` answers
+        in a read of the same probes and also says how long to sleep. So a poll on
+        an idle worker asks that first, and claims only when something is due.
+        Returns None to claim: a job is due
         (or its lock key may be free now), or the question could not be answered.
         """
         next_run_at, now = self._next_run_at()
