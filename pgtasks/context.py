@@ -76,7 +76,8 @@ class Request:
 
 
 # The columns job_claim_batch and job_claim_ids return, in order: the fields of `Request` but the last
-# (worker_id), so `request_from_claim` builds one by position.
+# (worker_id), so `request_from_claim` builds one by position. job_claim_batch adds one more after
+# them, tenant_share (see the query).
 CLAIM_COLUMNS = (
     "id",
     "task_name",
@@ -96,11 +97,15 @@ CLAIM_COLUMNS = (
     "parent_id",
     "correlation_id",
 )
+_CLAIM_WIDTH = len(CLAIM_COLUMNS)
 
 
 def request_from_claim(row: Sequence[Any], worker_id: str | None) -> Request:
-    """The `Request` of a claimed job: ``row`` holds the `CLAIM_COLUMNS` values in order."""
-    job_id, task_name, attempt, max_attempts, trigger, args, *rest = row
+    """The `Request` of a claimed job: ``row`` holds the `CLAIM_COLUMNS` values in order.
+
+    Values after them (the claim's ``tenant_share``) are not the job's and are ignored.
+    """
+    job_id, task_name, attempt, max_attempts, trigger, args, *rest = row[:_CLAIM_WIDTH]
     # rest: Request's next fields in order (tests/test_claim_order.py checks CLAIM_COLUMNS).
     return Request(job_id, task_name, attempt, max_attempts, trigger, tuple(args), *rest, worker_id)  # type: ignore[call-arg]
 

@@ -39,8 +39,15 @@ def test_fair_claim_interleaves_tenants_in_returned_order(app: pgtasks.App) -> N
     noop.delay_many(range(10), tenant="a")
     noop.delay_many(range(2), tenant="b")
     rows = _claim(app, 6, fair=True)
-    assert [r["tenant"] for r in rows] == ["a", "b", "a", "b", "a", "a"]
-    assert [r["args"][0] for r in rows if r["tenant"] == "a"] == [0, 1, 2, 3]
+    # Each tenant's share of the limit: 6 / 2 tenants. b has only 2, so the claim is short,
+    # and says so: a gave its whole share.
+    assert [r["tenant"] for r in rows] == ["a", "b", "a", "b", "a"]
+    assert [r["args"][0] for r in rows if r["tenant"] == "a"] == [0, 1, 2]
+    assert {r["tenant_share"] for r in rows} == {3}
+    # With b's jobs running, a is the only tenant left: its share is the whole limit.
+    rows = _claim(app, 6, fair=True)
+    assert [r["args"][0] for r in rows] == [3, 4, 5, 6, 7, 8]
+    assert {r["tenant_share"] for r in rows} == {6}
 
 
 def test_strict_claim_follows_priority_then_age(app: pgtasks.App) -> None:
@@ -52,6 +59,7 @@ def test_strict_claim_follows_priority_then_age(app: pgtasks.App) -> None:
         prio.apply_async((i,), priority=priority, tenant=f"t{i % 2}")
     rows = _claim(app, 5, fair=False)
     assert [r["args"][0] for r in rows] == [1, 3, 2, 0, 4]
+    assert {r["tenant_share"] for r in rows} == {5}  # strict order: any tenant may fill the limit
 
 
 @pytest.mark.parametrize("fair", [True, False])
@@ -60,7 +68,8 @@ def test_claim_takes_due_jobs_between_future_ones_in_order(
     app: pgtasks.App, conn: psycopg.Connection[Any], fair: bool, limit: int
 ) -> None:
     """Due and future jobs mixed in every (tenant, priority): the claim takes exactly the
-    due ones, in the order a plain sort of them gives."""
+    due ones, each tenant's up to its share of the limit, in the order a plain sort of them
+    gives."""
 
     @app.task(name="order.mixed")
     def mixed(i: int) -> int:
@@ -84,14 +93,24 @@ def test_claim_takes_due_jobs_between_future_ones_in_order(
     by_tenant: dict[str, list[tuple[int, int, Any]]] = {}
     for job_id, tenant, priority, run_at in sorted(jobs, key=lambda j: (-j[2], j[3], j[0])):
         by_tenant.setdefault(tenant, []).append((job_id, priority, run_at))
+    # A fair claim's share per tenant: the limit over the tenants whose first job (highest
+    # priority, then earliest) is due.
+    first_due = conn.execute(
+        "SELECT count(*) FROM (SELECT DISTINCT ON (tenant) run_at FROM pgtasks.jobs"
+        " ORDER BY tenant, priority DESC, run_at) f WHERE run_at <= %s",
+        (now,),
+    ).fetchone()
+    assert first_due is not None
+    share = -(-limit // max(1, first_due[0])) if fair else limit
     ranked = [
         (turn if fair else 0, -priority, run_at, job_id)
         for tenant_jobs in by_tenant.values()
-        for turn, (job_id, priority, run_at) in enumerate(tenant_jobs)
+        for turn, (job_id, priority, run_at) in enumerate(tenant_jobs[:share])
     ]
     expected = [job_id for *_, job_id in sorted(ranked)[:limit]]
     rows = _claim(app, limit, fair=fair, now=now)
     assert [r["id"] for r in rows] == expected
+    assert {r["tenant_share"] for r in rows} == {share}
     assert conn.execute("SELECT count(*) FROM pgtasks.jobs WHERE status = 'running'").fetchone() == (
         len(expected),
     )
@@ -142,7 +161,7 @@ def test_claim_columns_name_what_the_claim_returns(app: pgtasks.App) -> None:
 
     cols.apply_async((7,), tenant="t", priority=3, headers={"h": 1})
     rows = _claim(app, 1, fair=True)
-    assert tuple(rows[0]) == CLAIM_COLUMNS
+    assert tuple(rows[0]) == (*CLAIM_COLUMNS, "tenant_share")
     assert (*CLAIM_COLUMNS, "worker_id") == tuple(f.name for f in dataclasses.fields(Request))
     values = tuple(rows[0].values())
     request = request_from_claim(values, "w-order")

@@ -454,7 +454,8 @@ def test_fair_claim_serves_tenants_round_robin(app: pgtasks.App, store: Store) -
     tiny = {r.id for r in task.delay_many([0], tenant="tiny")}
     first = set(claim(store, "w", None, limit=6))
     assert small | tiny <= first
-    assert len(first & big) == 3
+    # A tenant's share of the limit is 6 / 3 tenants: the big one gives 2, not the 3 left.
+    assert len(first & big) == 2
     # Without fairness, strict order: the bulk tenant's older jobs first.
     rest = set(claim(store, "w", None, limit=5, fair=False))
     assert rest <= big
@@ -505,6 +506,26 @@ def test_claims_are_sized_to_free_capacity(
     assert codes == [0]
     assert worker.stopped.is_set()
     assert one(conn, "SELECT count(*) FROM pgtasks.workers") == 0
+    assert all(len(ledger_rows(conn, i)) == 1 for i in ids)
+
+
+def test_a_claim_cut_at_a_tenants_share_is_followed_at_once(
+    tasks_app: pgtasks.App, dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """A short claim is not a drained queue when a tenant gave its whole share: the worker
+    claims again as its buffer empties instead of sleeping until the poll (60 s here)."""
+    record = tasks_app.tasks["w.record"]
+    ids = [r.id for r in record.delay_many([(i, 0) for i in range(40)], tenant="big")]
+    ids.append(record.apply_async((99, 0), tenant="small").id)
+    worker = Worker(tasks_app, WorkerConfig(concurrency=2, prefetch_multiplier=8, poll_interval=60))
+    thread, codes = run_in_thread(worker)
+    try:
+        # The first claim takes 8 of big's jobs (16 over 2 tenants) and small's one.
+        eventually(lambda: all(status(conn, i) == "succeeded" for i in ids), message="all done")
+    finally:
+        worker.request_stop()
+        thread.join(30)
+    assert codes == [0]
     assert all(len(ledger_rows(conn, i)) == 1 for i in ids)
 
 

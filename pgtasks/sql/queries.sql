@@ -162,6 +162,9 @@ ORDER BY queue, status;
 -- name: job_claim_batch
 -- Claim up to %(limit)s due jobs for a worker: tenants served round-robin (fair) or by strict
 -- priority; at most one job per lock key, none whose lock key is running elsewhere.
+-- A fair claim takes at most its share of the limit from each tenant (see share below); every
+-- row carries that share (tenant_share), so the worker knows a tenant it got that many from
+-- may have more.
 -- Tenants are found by a skip scan of jobs_claim_idx per queue, starting at %(start_tenant)s
 -- (inclusive) and looking at most at %(max_tenants)s tenants per queue. Inside a tenant, each
 -- priority is its own range of the index, whose due jobs come first (run_at follows priority
@@ -170,26 +173,38 @@ ORDER BY queue, status;
 -- The per-tenant sub-selects lock with SKIP LOCKED inside LATERAL; the outer UPDATE joins on
 -- the picked ids, so no LIMITed sub-select sits in a WHERE ... IN (the planner trap).
 WITH RECURSIVE tenants AS (
-    SELECT f.queue, f.tenant, f.priority, 1 AS n
+    SELECT f.queue, f.tenant, f.priority, f.run_at, 1 AS n
     FROM unnest(%(queues)s::text[]) AS q(queue)
     CROSS JOIN LATERAL (
-        SELECT j.queue, j.tenant, j.priority
+        SELECT j.queue, j.tenant, j.priority, j.run_at
         FROM pgtasks.jobs j
         WHERE j.status = 'queued' AND j.queue = q.queue AND j.tenant >= %(start_tenant)s::text
-        ORDER BY j.tenant, j.priority DESC
+        ORDER BY j.tenant, j.priority DESC, j.run_at
         LIMIT 1
     ) f
     UNION ALL
-    SELECT nxt.queue, nxt.tenant, nxt.priority, t.n + 1
+    SELECT nxt.queue, nxt.tenant, nxt.priority, nxt.run_at, t.n + 1
     FROM tenants t
     CROSS JOIN LATERAL (
-        SELECT j.queue, j.tenant, j.priority
+        SELECT j.queue, j.tenant, j.priority, j.run_at
         FROM pgtasks.jobs j
         WHERE j.status = 'queued' AND j.queue = t.queue AND j.tenant > t.tenant
-        ORDER BY j.tenant, j.priority DESC
+        ORDER BY j.tenant, j.priority DESC, j.run_at
         LIMIT 1
     ) nxt
     WHERE t.n < %(max_tenants)s
+),
+share AS (
+    -- How many jobs one tenant's scan may lock. Fair: the limit over the tenants whose first
+    -- job is due, rounded up, since the first turns of every tenant are picked before anyone's
+    -- second; each tenant's scan locking up to the whole limit would lock 100 times what the
+    -- claim keeps with 100 tenants. A tenant whose first job is not due but a lower priority's
+    -- is goes uncounted, which only makes the share larger. Strict priority: the whole limit.
+    SELECT CASE WHEN %(fair)s::boolean THEN (%(limit)s::int + d.tenants - 1) / d.tenants
+                ELSE %(limit)s::int END AS share
+    FROM (SELECT greatest(1, count(*) FILTER (
+                     WHERE t.run_at <= coalesce(%(now)s::timestamptz, now())))::int AS tenants
+          FROM tenants t) d
 ),
 candidates AS (
     -- Each tenant's due jobs in priority order, numbered (turn) as the ordered sub-select
@@ -227,10 +242,10 @@ candidates AS (
                         SELECT 1 FROM pgtasks.jobs r
                         WHERE r.lock_key = j.lock_key AND r.status = 'running'))
                 ORDER BY j.run_at, j.id
-                LIMIT %(limit)s
+                LIMIT (SELECT s.share FROM share s)
                 FOR UPDATE SKIP LOCKED
             ) d
-            LIMIT %(limit)s
+            LIMIT (SELECT s.share FROM share s)
         ) l
     ) c
 ),
@@ -270,7 +285,9 @@ claimed AS (
               j.schedule_name, j.scheduled_for, j.parent_id, j.correlation_id
 )
 -- Rows come back in the order they should start (UPDATE ... RETURNING has none).
-SELECT c.* FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.claim_order;
+SELECT c.*, (SELECT s.share FROM share s) AS tenant_share
+FROM claimed c JOIN picked p ON p.id = c.id
+ORDER BY p.claim_order;
 
 -- name: job_claim_ids
 -- Claim the named jobs for an idle worker (their ids came with the enqueue notifications):

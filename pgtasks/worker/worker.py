@@ -25,6 +25,7 @@ import os
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping
 from types import FrameType
 from typing import Any
@@ -60,6 +61,8 @@ NEXT_RUN_AT_MAX_GROUPS = 100
 OUTCOME_NOT_RECORDED = "OUTCOME_NOT_RECORDED"  # error code when PostgreSQL refused an outcome
 _TASK_NAME = CLAIM_COLUMNS.index("task_name")
 _TENANT = CLAIM_COLUMNS.index("tenant")
+_QUEUE = CLAIM_COLUMNS.index("queue")
+_SHARE = len(CLAIM_COLUMNS)  # job_claim_batch's tenant_share, after the claim columns
 
 
 class Worker:
@@ -111,6 +114,9 @@ class Worker:
         # The last full claim saw every tenant with due jobs and still came back short:
         # nothing more to claim until a notification, the poll, or a freed lock key.
         self._drained = False
+        # The last full claim may have left due jobs behind: it filled its limit, or
+        # took a tenant's whole share of it (job_claim_batch).
+        self._more = False
         self._pool: Any = None
         self._completer = Completer(
             self.store,
@@ -263,7 +269,7 @@ class Worker:
                     log.warning("claim failed (%s); retrying after %.1fs", exc, self.config.poll_interval)
                     polled = not self._wake.wait(self.config.poll_interval)
                     continue
-                if named is None and claimed >= limit:
+                if named is None and self._more:
                     continue  # more may be waiting
             if limit <= 0:  # the buffer is full: a finishing job wakes the loop
                 polled = not self._wake.wait(self.config.poll_interval)
@@ -301,10 +307,12 @@ class Worker:
             if exc.sqlstate != "23505":  # two workers raced for one lock key: claim again
                 raise
             rows = self.store.fetch_tuples("job_claim_batch", params)
-        tenants = {r[_TENANT] for r in rows}
+        per_tenant = Counter((r[_QUEUE], r[_TENANT]) for r in rows)
+        tenants = {tenant for _, tenant in per_tenant}
+        self._more = len(rows) >= limit or (bool(rows) and max(per_tenant.values()) >= rows[0][_SHARE])
         started_at_first_tenant = not params["start_tenant"]
         self._drained = (
-            started_at_first_tenant and len(rows) < limit and len(tenants) < self.config.max_tenants_per_claim
+            started_at_first_tenant and not self._more and len(tenants) < self.config.max_tenants_per_claim
         )
         if len(tenants) >= self.config.max_tenants_per_claim:
             # Many tenants: the next claim starts after the last one served (chr(1)
