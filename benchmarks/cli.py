@@ -1,8 +1,13 @@
-"""``python -m benchmarks run [--quick] [--systems ...] [--dsn DSN] [--out PATH] [--n N]``."""
+"""``python -m benchmarks run [--quick] [--systems ...] [--dsn DSN] [--out PATH] [--n N]``.
+
+``python -m benchmarks report [--json PATH] [--out PATH]`` writes the report again from
+a run's numbers, for instance after an edit of benchmarks/analysis.md.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import signal
 import sys
@@ -18,7 +23,6 @@ from benchmarks.sizes import FULL, QUICK
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/9"
 DEFAULT_OUT = REPO_ROOT / "docs" / "benchmarks.md"
-DEFAULT_JSON = REPO_ROOT / "benchmarks" / "results" / "latest.json"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,8 +46,7 @@ def _parser() -> argparse.ArgumentParser:
         "--json",
         type=Path,
         default=None,
-        help="raw numbers (default: benchmarks/results/latest.json, or next to "
-        "--out as <name>.json when --out is given)",
+        help="raw numbers (default: next to --out as <name>.json)",
     )
     run_parser.add_argument(
         "--n", type=int, default=None, help="one-call enqueue count; every other count scales with it"
@@ -52,12 +55,40 @@ def _parser() -> argparse.ArgumentParser:
     run_parser.add_argument(
         "--no-install", action="store_true", help="skip peers whose virtual environment is not installed yet"
     )
+    report_parser = commands.add_parser(
+        "report", help="write the report again from a run's numbers (after editing benchmarks/analysis.md)"
+    )
+    report_parser.add_argument(
+        "--json",
+        type=Path,
+        default=DEFAULT_OUT.with_suffix(".json"),
+        help="numbers written by a run (default: docs/benchmarks.json, the committed report's)",
+    )
+    report_parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="Markdown report path")
     return parser
+
+
+def _rewrite_report(json_path: Path, markdown_path: Path) -> int:
+    """Render ``markdown_path`` (and its charts) from the numbers a run wrote to ``json_path``."""
+    try:
+        results = json.loads(json_path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"cannot read the run's numbers from {json_path}: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(results, dict) or not isinstance(results.get("systems"), dict):
+        print(f"{json_path} does not hold a benchmark run's numbers", file=sys.stderr)
+        return 2
+    results.pop("summary", None)  # derived; computed again from the runs
+    report.write(results, markdown_path, json_path)
+    print(f"report: {markdown_path}", file=sys.stderr)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments, run, write the report; return the process exit code."""
     args = _parser().parse_args(argv)
+    if args.command == "report":
+        return _rewrite_report(args.json, args.out)
     systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
     unknown = [s for s in systems if s not in KNOWN_SYSTEMS]
     if unknown:
@@ -73,12 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as exc:
             print(str(exc), file=sys.stderr)
             return 2
-    if args.json is not None:
-        json_path = args.json
-    elif args.out != DEFAULT_OUT:
-        json_path = args.out.with_suffix(".json")
-    else:
-        json_path = DEFAULT_JSON
+    json_path = args.json if args.json is not None else args.out.with_suffix(".json")
     command = "python -m benchmarks " + shlex.join(list(argv if argv is not None else sys.argv[1:]))
     config = RunConfig(
         dsn=args.dsn,

@@ -87,6 +87,33 @@ def test_report_links_its_throughput_and_latency_charts(
         assert width > 400 and height > 200, (name, width, height)
 
 
+def test_report_is_written_again_from_the_runs_numbers(
+    smoke_run: tuple[str, dict[str, object]], smoke_out: Path, tmp_path: Path
+) -> None:
+    """``python -m benchmarks report`` renders the same report from the JSON a run wrote."""
+    markdown, _ = smoke_run
+    numbers = tmp_path / "copy.json"
+    numbers.write_text(smoke_out.with_suffix(".json").read_text())
+    again = tmp_path / "again.md"
+    command = [sys.executable, "-m", "benchmarks", "report", "--json", str(numbers), "--out", str(again)]
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert again.read_text() == markdown.replace("benchmarks-", "again-")
+    assert (tmp_path / "again-throughput.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_refuses_a_file_that_is_not_a_runs_numbers(tmp_path: Path) -> None:
+    numbers = tmp_path / "bad.json"
+    out = tmp_path / "report.md"
+    for text in ("{not json", '{"mode": "quick"}'):
+        numbers.write_text(text)
+        command = [sys.executable, "-m", "benchmarks", "report", "--json", str(numbers), "--out", str(out)]
+        done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 2, (text, done.stderr)
+        assert str(numbers) in done.stderr
+        assert not out.exists()
+
+
 def test_report_has_a_positive_median_per_figure_and_system(smoke_run: tuple[str, dict[str, object]]) -> None:
     markdown, _ = smoke_run
     sections = _sections(markdown)
