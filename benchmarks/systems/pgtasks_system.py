@@ -4,8 +4,8 @@ Enqueue one: ``bench.apply_async(kwargs=..., tenant=...)``, one pooled autocommi
 statement per call (plain ``INSERT ... RETURNING`` with its NOTIFY). Bulk:
 ``bench.delay_many(...)`` in chunks of 50,000, which goes through ``COPY``.
 Workers: 2 ``pgtasks worker`` processes (one per core), threads pool with
-concurrency 8 and prefetch multiplier 32 (claims of up to 256 jobs: the setting
-docs/workers.md gives for short jobs on a small machine), LISTEN/NOTIFY wake-ups,
+concurrency 2 and prefetch multiplier 128 (claims of up to 256 jobs: the setting
+docs/workers.md gives for jobs that never wait, as these no-op jobs), LISTEN/NOTIFY wake-ups,
 tenant-fair claims, results stored and heartbeats on; finished jobs kept (the
 default: nothing is purged without ``pgtasks purge``). Runs in its own virtual
 environment holding the project's dependencies, with pgtasks from the source tree.
@@ -23,8 +23,8 @@ import pgtasks
 from benchmarks.systems.base import Driver, Job, Params, SystemSpec, job_args, main, run_task
 
 WORKER_PROCESSES = 2
-CONCURRENCY = int(os.environ.get("BENCH_PGTASKS_CONCURRENCY", "8"))
-PREFETCH = int(os.environ.get("BENCH_PGTASKS_PREFETCH", "32"))
+CONCURRENCY = int(os.environ.get("BENCH_PGTASKS_CONCURRENCY", "2"))
+PREFETCH = int(os.environ.get("BENCH_PGTASKS_PREFETCH", "128"))
 BULK_CHUNK = 50_000
 FINISHED = (
     "SELECT count(*) FROM pgtasks.jobs"
