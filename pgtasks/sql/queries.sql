@@ -198,8 +198,9 @@ share AS (
     -- How many jobs one tenant's scan may lock. Fair: the limit over the tenants whose first
     -- job is due, rounded up, since the first turns of every tenant are picked before anyone's
     -- second; each tenant's scan locking up to the whole limit would lock 100 times what the
-    -- claim keeps with 100 tenants. A tenant whose first job is not due but a lower priority's
-    -- is goes uncounted, which only makes the share larger. Strict priority: the whole limit.
+    -- claim keeps with 100 tenants. A tenant whose first job is due later while a lower
+    -- priority has one due goes uncounted: that only makes the share larger. Strict
+    -- priority: the whole limit.
     SELECT CASE WHEN %(fair)s::boolean THEN (%(limit)s::int + d.tenants - 1) / d.tenants
                 ELSE %(limit)s::int END AS share
     FROM (SELECT greatest(1, count(*) FILTER (

@@ -351,8 +351,8 @@ class Worker:
         per (tenant, priority) and a write transaction; `job_next_run_at` answers
         in a read of the same probes and also says how long to sleep. So a poll on
         an idle worker asks that first, and claims only when something is due.
-        Returns None to claim: a job is due
-        (or its lock key may be free now), or the question could not be answered.
+        Returns None to claim: a job is due (or its lock key may be free now), or
+        the question could not be answered.
         """
         next_run_at, now = self._next_run_at()
         if now is None or (next_run_at is not None and next_run_at <= now):
