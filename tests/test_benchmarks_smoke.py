@@ -206,6 +206,29 @@ def test_idle_probe_refuses_bad_arguments(bad: list[str]) -> None:
     assert bad[0] in done.stderr
 
 
+def test_tenants_probe_reports_each_tenant_count() -> None:
+    """``python -m benchmarks.tenants`` drains a backlog spread over each tenant count with
+    real workers; a tiny run must print one rate per count, the smallest at 1.00x."""
+    command = [
+        sys.executable, "-m", "benchmarks.tenants", "--tenants", "7,1", "--jobs", "5000", "--reps", "1",
+        "--dsn", DSN,
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = re.findall(r"^\s*([0-9,]+) tenants:\s+([0-9,]+) jobs/s .*, ([0-9.]+)x of 1$", done.stdout, re.M)
+    assert [int(count) for count, _, _ in found] == [1, 7], done.stdout
+    assert all(float(rate.replace(",", "")) > 0 for _, rate, _ in found)
+    assert found[0][2] == "1.00"
+
+
+@pytest.mark.parametrize("bad", [["--tenants", "many"], ["--tenants", "0"], ["--jobs", "5"]])
+def test_tenants_probe_refuses_bad_arguments(bad: list[str]) -> None:
+    command = [sys.executable, "-m", "benchmarks.tenants", *bad, "--dsn", DSN]
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert bad[0] in done.stderr
+
+
 def test_raw_alone_measures_the_multi_row_insert_reference(smoke_run: tuple[str, dict[str, object]]) -> None:
     markdown, results = smoke_run
     sections = _sections(markdown)

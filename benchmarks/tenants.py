@@ -1,0 +1,114 @@
+"""What spreading a backlog over many tenants costs pgtasks' processing.
+
+``python -m benchmarks.tenants [--tenants 1,10,150] [--jobs 30000] [--reps 3] [--dsn ADMIN_DSN]``
+
+For each repetition and tenant count (interleaved), a fresh database gets ``--jobs``
+no-op jobs split evenly over that many tenants (``delay_many`` per tenant), and the
+processing figure's worker fleet (2 processes, the setting of
+``benchmarks/systems/pgtasks_system.py``, tenant-fair claims) drains them. The rate
+runs from the first sample that sees a finished job to the one that sees them all
+(``Driver.finished``, sampled every 5 ms). Prints per tenant count the median
+jobs/s and its ratio to the smallest count's: 1.0 means a fair claim over many
+tenants costs no more per job than one over a single tenant. The peers have no
+tenants, so only pgtasks runs. It writes no report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from benchmarks import pg
+from benchmarks.cli import DEFAULT_DSN
+from benchmarks.environments import compile_project
+from benchmarks.systems.base import NOOP, Params, WorkerFleet
+from benchmarks.systems.pgtasks_system import PgtasksDriver
+
+TENANT_COUNTS = (1, 10, 150)
+JOBS = 30_000
+SAMPLE_SECONDS = 0.005
+DEADLINE_SECONDS = 600.0
+
+
+def measure(admin_dsn: str, tenants: int, jobs: int, rep: int) -> float:
+    """One drain of ``jobs`` jobs spread over ``tenants`` tenants; returns jobs/s."""
+    name = f"bench_tenants_{tenants}_{os.getpid()}_{rep}"
+    dsn = pg.create_database(admin_dsn, name)
+    try:
+        with tempfile.TemporaryDirectory() as workdir:
+            driver = PgtasksDriver(Params(dsn=dsn, workdir=Path(workdir), deadline=DEADLINE_SECONDS))
+            try:
+                driver.migrate()
+                for i in range(tenants):
+                    count = jobs // tenants + (1 if i < jobs % tenants else 0)
+                    driver.task.delay_many([(NOOP, 0.0)] * count, tenant=f"t{i:04d}")
+                driver.analyze()
+                fleet = driver.fleet()
+                fleet.start()
+                try:
+                    return _drain_rate(driver, fleet, jobs)
+                finally:
+                    fleet.stop()
+            finally:
+                driver.close()
+    finally:
+        pg.drop_database(admin_dsn, name)
+
+
+def _drain_rate(driver: PgtasksDriver, fleet: WorkerFleet, jobs: int) -> float:
+    end = time.monotonic() + DEADLINE_SECONDS
+    first_at: float | None = None
+    first_count = 0
+    while True:
+        done = driver.finished() or 0
+        now = time.perf_counter()
+        if done and first_at is None:
+            first_at, first_count = now, done
+        if done >= jobs and first_at is not None:
+            if done == first_count:
+                raise RuntimeError(f"all {jobs} jobs were done within one sample: use more --jobs")
+            return (done - first_count) / (now - first_at)
+        fleet.check_alive()
+        if time.monotonic() > end:
+            raise RuntimeError(f"{done} of {jobs} jobs done after {DEADLINE_SECONDS:.0f} s")
+        time.sleep(SAMPLE_SECONDS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse arguments, measure, print one line per tenant count; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.tenants", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--tenants", default=",".join(str(t) for t in TENANT_COUNTS), help="comma-separated tenant counts"
+    )
+    parser.add_argument("--jobs", type=int, default=JOBS, help="jobs per drain (default %(default)s)")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions (default %(default)s)")
+    parser.add_argument("--dsn", default=DEFAULT_DSN, help="admin DSN of the PostgreSQL to use")
+    args = parser.parse_args(argv)
+    try:
+        counts = sorted({int(t) for t in args.tenants.split(",") if t.strip()})
+    except ValueError:
+        parser.error(f"--tenants must be comma-separated integers, got {args.tenants!r}")
+    if not counts or counts[0] < 1 or args.reps < 1 or args.jobs < counts[-1]:
+        parser.error("--tenants must be >= 1, --reps >= 1 and --jobs at least the largest tenant count")
+    compile_project()
+    results: dict[int, list[float]] = {t: [] for t in counts}
+    for rep in range(args.reps):
+        for tenants in counts:
+            results[tenants].append(measure(args.dsn, tenants, args.jobs, rep))
+    medians = {t: statistics.median(v) for t, v in results.items()}
+    print(f"{args.jobs:,} no-op jobs, 2 worker processes, {args.reps} repetitions, medians")
+    for tenants, runs in results.items():
+        spread = f"{min(runs):,.0f}-{max(runs):,.0f}"
+        ratio = f"{medians[tenants] / medians[counts[0]]:.2f}x of {counts[0]}"
+        print(f"{tenants:>6,} tenants: {medians[tenants]:9,.0f} jobs/s ({spread}), {ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
