@@ -485,11 +485,12 @@ class Worker:
         """Whether a job finishing (with the buffer at low water) is a reason to claim now.
 
         It is when the last full claim may have left due jobs behind (it filled its
-        limit, or stopped at its tenant bound), when the job's written outcome freed a
-        lock key (its key's next job may be due; a success frees it once the completer
-        has written it, see `_on_written`), and in burst mode (the loop decides to
-        stop). Otherwise, on a drained queue, a claim would find nothing: new jobs come
-        with a notification, future ones by the poll deadline.
+        limit, took a tenant's whole share of it, or stopped at its tenant bound),
+        when the job's written outcome freed a lock key (its key's next job may be
+        due; a success frees it once the completer has written it, see
+        `_on_written`), and in burst mode (the loop decides to stop). Otherwise, on a
+        drained queue, a claim would find nothing: new jobs come with a
+        notification, future ones by the poll deadline.
         """
         if not self._drained or self.config.burst:
             return True
