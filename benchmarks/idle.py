@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks import pg
-from benchmarks.cli import DEFAULT_DSN
 from benchmarks.cpu import backend_pids, cpu_spent, cpu_times
 from benchmarks.environments import compile_project
+from benchmarks.probe import add_common_options, interleaved, positive_ints
 from benchmarks.systems.base import NOOP, Params
 from benchmarks.systems.pgtasks_system import PgtasksDriver
 
@@ -86,20 +86,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--seconds", type=float, default=30.0, help="measured idle window (default %(default)s)"
     )
-    parser.add_argument("--reps", type=int, default=3, help="repetitions (default %(default)s)")
-    parser.add_argument("--dsn", default=DEFAULT_DSN, help="admin DSN of the PostgreSQL to use")
+    add_common_options(parser)
     args = parser.parse_args(argv)
-    try:
-        depths = sorted({int(d) for d in args.depths.split(",") if d.strip()})
-    except ValueError:
-        parser.error(f"--depths must be comma-separated integers, got {args.depths!r}")
-    if not depths or depths[0] < 1 or args.reps < 1 or args.seconds <= 0:
-        parser.error("--depths must be >= 1, --reps >= 1 and --seconds > 0")
+    depths = positive_ints(parser, "--depths", args.depths)
+    if args.reps < 1 or args.seconds <= 0:
+        parser.error("--reps must be >= 1 and --seconds > 0")
     compile_project()
-    results: dict[int, list[float]] = {d: [] for d in depths}
-    for rep in range(args.reps):
-        for depth in depths:
-            results[depth].append(measure(args.dsn, depth, args.seconds, rep))
+    results = interleaved(depths, args.reps, lambda depth, rep: measure(args.dsn, depth, args.seconds, rep))
     medians = {d: statistics.median(v) for d, v in results.items()}
     print(f"one idle worker, {args.seconds:g} s windows, {args.reps} repetitions, medians")
     for depth, runs in results.items():

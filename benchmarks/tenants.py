@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks import pg
-from benchmarks.cli import DEFAULT_DSN
 from benchmarks.environments import compile_project
+from benchmarks.probe import add_common_options, interleaved, positive_ints
 from benchmarks.systems.base import NOOP, Params, WorkerFleet
 from benchmarks.systems.pgtasks_system import PgtasksDriver
 
@@ -87,20 +87,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--tenants", default=",".join(str(t) for t in TENANT_COUNTS), help="comma-separated tenant counts"
     )
     parser.add_argument("--jobs", type=int, default=JOBS, help="jobs per drain (default %(default)s)")
-    parser.add_argument("--reps", type=int, default=3, help="repetitions (default %(default)s)")
-    parser.add_argument("--dsn", default=DEFAULT_DSN, help="admin DSN of the PostgreSQL to use")
+    add_common_options(parser)
     args = parser.parse_args(argv)
-    try:
-        counts = sorted({int(t) for t in args.tenants.split(",") if t.strip()})
-    except ValueError:
-        parser.error(f"--tenants must be comma-separated integers, got {args.tenants!r}")
-    if not counts or counts[0] < 1 or args.reps < 1 or args.jobs < counts[-1]:
-        parser.error("--tenants must be >= 1, --reps >= 1 and --jobs at least the largest tenant count")
+    counts = positive_ints(parser, "--tenants", args.tenants)
+    if args.reps < 1 or args.jobs < counts[-1]:
+        parser.error("--reps must be >= 1 and --jobs at least the largest tenant count")
     compile_project()
-    results: dict[int, list[float]] = {t: [] for t in counts}
-    for rep in range(args.reps):
-        for tenants in counts:
-            results[tenants].append(measure(args.dsn, tenants, args.jobs, rep))
+    results = interleaved(counts, args.reps, lambda tenants, rep: measure(args.dsn, tenants, args.jobs, rep))
     medians = {t: statistics.median(v) for t, v in results.items()}
     print(f"{args.jobs:,} no-op jobs, 2 worker processes, {args.reps} repetitions, medians")
     for tenants, runs in results.items():

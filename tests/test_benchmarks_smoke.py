@@ -45,6 +45,13 @@ REFERENCE_SECTIONS = ("Bulk enqueue, raw multi-row INSERT reference (jobs/s)",)
 pytestmark = pytest.mark.skipif(not DSN, reason="PGTASKS_TEST_DSN is not set")
 
 
+def _run(command: list[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` from the repository root; output captured as text, exit status kept."""
+    return subprocess.run(
+        command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
 def _sections(markdown: str) -> dict[str, str]:
     parts = re.split(r"^## ", markdown, flags=re.MULTILINE)
     return {part.split("\n", 1)[0].strip(): part for part in parts[1:]}
@@ -69,7 +76,7 @@ def smoke_run(smoke_out: Path) -> tuple[str, dict[str, object]]:
     ]  # fmt: skip
     # A first run also creates raw's and pgtasks' virtual environments (pip, about 10 s
     # from pip's cache, longer from the index).
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, check=False)
+    done = _run(command, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return smoke_out.read_text(), json.loads(smoke_out.with_suffix(".json").read_text())
 
@@ -96,7 +103,7 @@ def test_report_is_written_again_from_the_runs_numbers(
     numbers.write_text(smoke_out.with_suffix(".json").read_text())
     again = tmp_path / "again.md"
     command = [sys.executable, "-m", "benchmarks", "report", "--json", str(numbers), "--out", str(again)]
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    done = _run(command, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert again.read_text() == markdown.replace("benchmarks-", "again-")
     assert (tmp_path / "again-throughput.png").read_bytes()[:4] == b"\x89PNG"
@@ -108,7 +115,7 @@ def test_report_refuses_a_file_that_is_not_a_runs_numbers(tmp_path: Path) -> Non
     for text in ("{not json", '{"mode": "quick"}'):
         numbers.write_text(text)
         command = [sys.executable, "-m", "benchmarks", "report", "--json", str(numbers), "--out", str(out)]
-        done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
+        done = _run(command, timeout=60)
         assert done.returncode == 2, (text, done.stderr)
         assert str(numbers) in done.stderr
         assert not out.exists()
@@ -162,7 +169,7 @@ def test_cpu_probe_reports_both_sides_for_each_system() -> None:
     5,000 jobs: CPU time is read in clock ticks (10 ms), so a smaller run can show 0.
     """
     command = [sys.executable, "-m", "benchmarks.cpu", "--jobs", "5000", "--reps", "1", "--dsn", DSN]
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    done = _run(command, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     for system in SYSTEMS:
         match = re.search(
@@ -177,7 +184,7 @@ def test_cpu_probe_reports_both_sides_for_each_system() -> None:
 
 def test_cpu_probe_refuses_unknown_systems() -> None:
     command = [sys.executable, "-m", "benchmarks.cpu", "--systems", "celery", "--dsn", DSN]
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
+    done = _run(command, timeout=60)
     assert done.returncode == 2
     assert "--systems" in done.stderr
 
@@ -189,7 +196,7 @@ def test_idle_probe_reports_each_depth() -> None:
         sys.executable, "-m", "benchmarks.idle", "--depths", "200,50", "--seconds", "1", "--reps", "1",
         "--dsn", DSN,
     ]  # fmt: skip
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    done = _run(command, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     found = re.findall(
         r"^\s*([0-9,]+) jobs due later: PostgreSQL backends\s+([0-9.]+) ms CPU/s", done.stdout, re.M
@@ -201,7 +208,7 @@ def test_idle_probe_reports_each_depth() -> None:
 @pytest.mark.parametrize("bad", [["--depths", "ten"], ["--depths", "0"], ["--seconds", "0"]])
 def test_idle_probe_refuses_bad_arguments(bad: list[str]) -> None:
     command = [sys.executable, "-m", "benchmarks.idle", *bad, "--dsn", DSN]
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
+    done = _run(command, timeout=60)
     assert done.returncode == 2, done.stderr
     assert bad[0] in done.stderr
 
@@ -213,7 +220,7 @@ def test_tenants_probe_reports_each_tenant_count() -> None:
         sys.executable, "-m", "benchmarks.tenants", "--tenants", "7,1", "--jobs", "5000", "--reps", "1",
         "--dsn", DSN,
     ]  # fmt: skip
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    done = _run(command, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     found = re.findall(r"^\s*([0-9,]+) tenants:\s+([0-9,]+) jobs/s .*, ([0-9.]+)x of 1$", done.stdout, re.M)
     assert [int(count) for count, _, _ in found] == [1, 7], done.stdout
@@ -224,7 +231,7 @@ def test_tenants_probe_reports_each_tenant_count() -> None:
 @pytest.mark.parametrize("bad", [["--tenants", "many"], ["--tenants", "0"], ["--jobs", "5"]])
 def test_tenants_probe_refuses_bad_arguments(bad: list[str]) -> None:
     command = [sys.executable, "-m", "benchmarks.tenants", *bad, "--dsn", DSN]
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
+    done = _run(command, timeout=60)
     assert done.returncode == 2, done.stderr
     assert bad[0] in done.stderr
 
