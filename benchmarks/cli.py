@@ -79,7 +79,7 @@ def _rewrite_report(json_path: Path, markdown_path: Path) -> int:
         print(f"{json_path} does not hold a benchmark run's numbers", file=sys.stderr)
         return 2
     results.pop("summary", None)  # derived; computed again from the runs
-    report.write(results, markdown_path, json_path)
+    report.write_markdown(results, markdown_path)
     print(f"report: {markdown_path}", file=sys.stderr)
     return 0
 

@@ -260,13 +260,19 @@ def _sizes_section(results: dict[str, Any]) -> list[str]:
     ]
 
 
-def write(results: dict[str, Any], markdown_path: Path, json_path: Path) -> None:
-    """Write the Markdown report, its charts (PNG files beside it) and the JSON of raw numbers."""
+def write_markdown(results: dict[str, Any], markdown_path: Path) -> Summary:
+    """Write the Markdown report and its charts (PNG files beside it); returns the summary."""
     markdown_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.parent.mkdir(parents=True, exist_ok=True)
     summary = summarize(results)
     plots = write_plots(summary, measured_systems(results), markdown_path)
     markdown_path.write_text(render_markdown(results, plots, summary))
+    return summary
+
+
+def write(results: dict[str, Any], markdown_path: Path, json_path: Path) -> None:
+    """Write the Markdown report, its charts and the JSON of raw numbers (with the summary)."""
+    summary = write_markdown(results, markdown_path)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
     payload = dict(results, summary=summary)
     # Insertion order kept: the systems in the order they ran, as the report lists them.
     json_path.write_text(json.dumps(payload, indent=2) + "\n")

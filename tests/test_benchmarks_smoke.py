@@ -97,16 +97,19 @@ def test_report_links_its_throughput_and_latency_charts(
 def test_report_is_written_again_from_the_runs_numbers(
     smoke_run: tuple[str, dict[str, object]], smoke_out: Path, tmp_path: Path
 ) -> None:
-    """``python -m benchmarks report`` renders the same report from the JSON a run wrote."""
+    """``python -m benchmarks report`` renders the same report from the JSON a run wrote,
+    and leaves that file as it was."""
     markdown, _ = smoke_run
     numbers = tmp_path / "copy.json"
-    numbers.write_text(smoke_out.with_suffix(".json").read_text())
+    original = smoke_out.with_suffix(".json").read_text()
+    numbers.write_text(original)
     again = tmp_path / "again.md"
     command = [sys.executable, "-m", "benchmarks", "report", "--json", str(numbers), "--out", str(again)]
     done = _run(command, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert again.read_text() == markdown.replace("benchmarks-", "again-")
     assert (tmp_path / "again-throughput.png").read_bytes()[:4] == b"\x89PNG"
+    assert numbers.read_text() == original
 
 
 def test_report_refuses_a_file_that_is_not_a_runs_numbers(tmp_path: Path) -> None:
