@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -26,3 +26,10 @@ def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"{message} not met within {timeout}s (last value: {last!r})")
         time.sleep(interval)
+
+
+def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """``node`` of an ``EXPLAIN (FORMAT JSON)`` plan and every node below it, depth first."""
+    yield node
+    for child in node.get("Plans", []):
+        yield from plan_nodes(child)

@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from helpers import plan_nodes
 
 import pgtasks
 from pgtasks.context import CLAIM_COLUMNS, Request, request_from_claim
@@ -139,17 +140,11 @@ def test_jobs_due_later_cost_the_claim_no_index_reads(app: pgtasks.App, dsn: str
         claimed = conn.execute("SELECT count(*) FROM pgtasks.jobs WHERE status = 'running'").fetchone()
         conn.rollback()
     assert claimed == (12,)
-    scans = [n for n in _plan_nodes(row[0][0]["Plan"]) if n.get("Index Name") == "jobs_claim_idx"]
+    scans = [n for n in plan_nodes(row[0][0]["Plan"]) if n.get("Index Name") == "jobs_claim_idx"]
     assert scans, "the claim did not use the claim index"
     pages = sum(n["Shared Hit Blocks"] + n["Shared Read Blocks"] for n in scans)
     # Reading the 40,000 future entries takes over 200 leaf pages; the due ranges take a few.
     assert pages < 60, f"{pages} pages of the claim index read for 12 due jobs"
-
-
-def _plan_nodes(node: dict[str, Any]) -> Any:
-    yield node
-    for child in node.get("Plans", []):
-        yield from _plan_nodes(child)
 
 
 def test_claim_columns_name_what_the_claim_returns(app: pgtasks.App) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from helpers import plan_nodes
 
 import pgtasks
 from pgtasks.worker.worker import NEXT_RUN_AT_MAX_GROUPS
@@ -74,7 +75,7 @@ def test_a_deep_future_queue_costs_a_few_index_probes(
     params = {"queues": ["later"], "now": None, "max_groups": NEXT_RUN_AT_MAX_GROUPS}
     row = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {query}", params).fetchone()
     assert row is not None
-    nodes = list(_plan_nodes(row[0][0]["Plan"]))
+    nodes = list(plan_nodes(row[0][0]["Plan"]))
     executed = [n for n in nodes if n.get("Actual Loops", 0) > 0]
     assert not [n for n in executed if n["Node Type"] == "Seq Scan"], "the fallback scan ran"
     entries_read = sum(n["Actual Rows"] * n["Actual Loops"] for n in executed if "Index" in n["Node Type"])
@@ -82,9 +83,3 @@ def test_a_deep_future_queue_costs_a_few_index_probes(
     earliest = conn.execute(PLAIN_MIN, {"queues": ["later"]}).fetchone()
     assert earliest is not None
     assert _next_run_at(app, ["later"]) == earliest[0]
-
-
-def _plan_nodes(node: dict[str, Any]) -> Any:
-    yield node
-    for child in node.get("Plans", []):
-        yield from _plan_nodes(child)
