@@ -5,34 +5,33 @@
 For each repetition and tenant count (interleaved), a fresh database gets ``--jobs``
 no-op jobs split evenly over that many tenants (``delay_many`` per tenant), and the
 processing figure's worker fleet (2 processes, the setting of
-``benchmarks/systems/pgtasks_system.py``, tenant-fair claims) drains them. The rate
-runs from the first sample that sees a finished job to the one that sees them all
-(``Driver.finished``, sampled every 5 ms). Prints per tenant count the median
-jobs/s and its ratio to the smallest count's: 1.0 means a fair claim over many
-tenants costs no more per job than one over a single tenant. The peers have no
-tenants, so only pgtasks runs. It writes no report.
+``benchmarks/systems/pgtasks_system.py``, tenant-fair claims) drains them, timed
+as the processing figure times its drain: from the first completion the tasks
+record to the last, confirmed by the finished jobs in the table. Prints per
+tenant count the median jobs/s and its ratio to the smallest count's: 1.0 means
+a fair claim over many tenants costs no more per job than one over a single
+tenant. The peers have no tenants, so only pgtasks runs. It writes no report.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks import pg
 from benchmarks.environments import compile_project
 from benchmarks.probe import add_common_options, interleaved, positive_ints
-from benchmarks.systems.base import NOOP, Params, WorkerFleet
+from benchmarks.systems.base import NOOP, Clock, Params, wait_processed
 from benchmarks.systems.pgtasks_system import PgtasksDriver
 
 TENANT_COUNTS = (1, 10, 150)
 JOBS = 30_000
-SAMPLE_SECONDS = 0.005
 DEADLINE_SECONDS = 600.0
 
 
@@ -52,32 +51,17 @@ def measure(admin_dsn: str, tenants: int, jobs: int, rep: int) -> float:
                 fleet = driver.fleet()
                 fleet.start()
                 try:
-                    return _drain_rate(driver, fleet, jobs)
+                    drain = wait_processed(driver, fleet, jobs, jobs, Clock(DEADLINE_SECONDS))
                 finally:
                     fleet.stop()
             finally:
                 driver.close()
     finally:
         pg.drop_database(admin_dsn, name)
-
-
-def _drain_rate(driver: PgtasksDriver, fleet: WorkerFleet, jobs: int) -> float:
-    end = time.monotonic() + DEADLINE_SECONDS
-    first_at: float | None = None
-    first_count = 0
-    while True:
-        done = driver.finished() or 0
-        now = time.perf_counter()
-        if done and first_at is None:
-            first_at, first_count = now, done
-        if done >= jobs and first_at is not None:
-            if done == first_count:
-                raise RuntimeError(f"all {jobs} jobs were done within one sample: use more --jobs")
-            return (done - first_count) / (now - first_at)
-        fleet.check_alive()
-        if time.monotonic() > end:
-            raise RuntimeError(f"{done} of {jobs} jobs done after {DEADLINE_SECONDS:.0f} s")
-        time.sleep(SAMPLE_SECONDS)
+    rate = drain.rate()
+    if drain.partial or math.isnan(rate):
+        raise RuntimeError(f"{drain.done} of {jobs} jobs timed, too few or too late: use more --jobs")
+    return rate
 
 
 def main(argv: Sequence[str] | None = None) -> int:

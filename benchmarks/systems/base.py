@@ -504,7 +504,9 @@ class Driver:
 # --------------------------------------------------------------------------- figures
 
 
-class _Clock:
+class Clock:
+    """A figure's deadline: ``deadline`` seconds from now; `check` raises `BenchmarkError` past it."""
+
     def __init__(self, deadline: float) -> None:
         self.end = time.monotonic() + deadline
         self.deadline = deadline
@@ -515,7 +517,9 @@ class _Clock:
 
 
 @dataclass(slots=True)
-class _Drain:
+class Drain:
+    """How a pre-filled queue was worked off: `wait_processed`'s result."""
+
     first_at: float  # perf_counter seconds of the first sample that saw a completion
     count_at_first: int
     last_at: float  # perf_counter seconds when the last counted job was done and confirmed
@@ -537,16 +541,16 @@ class _Drain:
         }
 
 
-def _wait_processed(
+def wait_processed(
     driver: Driver,
     fleet: WorkerFleet,
     target: int,
     total: int,
-    clock: _Clock,
+    clock: Clock,
     *,
     cap: float | None = None,
     poll: float = 0.005,
-) -> _Drain:
+) -> Drain:
     """Wait until ``target`` jobs of ``total`` queued are done; time first to last.
 
     When ``cap`` seconds (from this call) or the figure's deadline pass after some
@@ -568,13 +572,13 @@ def _wait_processed(
         progressed = first_at is not None and count > count_at_first
         if progressed and time.monotonic() > cap_end:
             assert first_at is not None
-            return _Drain(first_at, count_at_first, now, count, partial=True)
+            return Drain(first_at, count_at_first, now, count, partial=True)
         try:
             clock.check(f"processing ({count} of {target} done)")
         except BenchmarkError:
             if first_at is None or not progressed:
                 raise
-            return _Drain(first_at, count_at_first, now, count, partial=True)
+            return Drain(first_at, count_at_first, now, count, partial=True)
         time.sleep(poll)
     # The task has run; wait for the system's own bookkeeping to agree.
     while True:
@@ -591,10 +595,10 @@ def _wait_processed(
         clock.check(f"waiting for the system to record completions ({pending} pending)")
         time.sleep(0.02)
     assert first_at is not None
-    return _Drain(first_at, count_at_first, last_at, target, partial=False)
+    return Drain(first_at, count_at_first, last_at, target, partial=False)
 
 
-def figure_enqueue_one(driver: Driver, clock: _Clock, n: int) -> dict[str, Any]:
+def figure_enqueue_one(driver: Driver, clock: Clock, n: int) -> dict[str, Any]:
     """Enqueue ``n`` jobs one call each; ``jobs_per_s`` is n over the wall time."""
     start = time.perf_counter()
     for i in range(n):
@@ -605,7 +609,7 @@ def figure_enqueue_one(driver: Driver, clock: _Clock, n: int) -> dict[str, Any]:
     return {"jobs": n, "seconds": seconds, "jobs_per_s": n / seconds}
 
 
-def figure_throughput(driver: Driver, clock: _Clock, n: int, cap: float | None = None) -> dict[str, Any]:
+def figure_throughput(driver: Driver, clock: Clock, n: int, cap: float | None = None) -> dict[str, Any]:
     """Bulk-enqueue ``n`` jobs (timed), then process them with the workers (timed).
 
     The driver's `Driver.bulk_references` are timed first, on the same jobs.
@@ -622,7 +626,7 @@ def figure_throughput(driver: Driver, clock: _Clock, n: int, cap: float | None =
     fleet = driver.fleet()
     fleet.start()
     try:
-        drain = _wait_processed(driver, fleet, n, n, clock, cap=cap)
+        drain = wait_processed(driver, fleet, n, n, clock, cap=cap)
     finally:
         fleet.stop()
     return {
@@ -643,7 +647,7 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
-def figure_latency(driver: Driver, clock: _Clock, rate: float, seconds: float) -> dict[str, Any]:
+def figure_latency(driver: Driver, clock: Clock, rate: float, seconds: float) -> dict[str, Any]:
     """Enqueue at ``rate`` jobs/s for ``seconds`` s; enqueue -> task start, in ms."""
     fleet = driver.fleet()
     fleet.start()
@@ -686,7 +690,7 @@ def figure_latency(driver: Driver, clock: _Clock, rate: float, seconds: float) -
 
 
 def figure_fairness(
-    driver: Driver, clock: _Clock, backlog: int, n_b: int, cap: float | None = None
+    driver: Driver, clock: Clock, backlog: int, n_b: int, cap: float | None = None
 ) -> dict[str, Any]:
     """Tenant A's backlog is being worked off; then B enqueues ``n_b`` jobs.
 
@@ -735,9 +739,7 @@ def figure_fairness(
     }
 
 
-def figure_deep(
-    driver: Driver, clock: _Clock, depth: int, n: int, cap: float | None = None
-) -> dict[str, Any]:
+def figure_deep(driver: Driver, clock: Clock, depth: int, n: int, cap: float | None = None) -> dict[str, Any]:
     """With ``depth`` due jobs queued, time the processing of the first ``n`` (cut at ``cap`` s)."""
     start = time.perf_counter()
     driver.fill(depth)
@@ -747,7 +749,7 @@ def figure_deep(
     fleet = driver.fleet()
     fleet.start()
     try:
-        drain = _wait_processed(driver, fleet, n, depth, clock, cap=cap)
+        drain = wait_processed(driver, fleet, n, depth, clock, cap=cap)
     finally:
         fleet.stop()
     return {
@@ -803,7 +805,7 @@ def main(driver_cls: type[Driver], argv: Sequence[str] | None = None) -> None:
     try:
         driver = driver_cls(params)
         try:
-            clock = _Clock(params.deadline)
+            clock = Clock(params.deadline)
             if op == "setup":
                 driver.reset()
                 driver.migrate()
