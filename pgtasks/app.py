@@ -12,6 +12,7 @@ import pluggy
 import psycopg
 
 from pgtasks import migrate as _migrate
+from pgtasks.db import AnyConnection, Database, Stores
 from pgtasks.errors import AlreadyQueued, ConfigurationError, JobNotFound, UnknownTask
 from pgtasks.hookspecs import hookimpl
 from pgtasks.plugins import call_isolated, make_plugin_manager
@@ -19,7 +20,6 @@ from pgtasks.records import Job
 from pgtasks.result import AsyncResult
 from pgtasks.serialization import dumps
 from pgtasks.settings import Settings
-from pgtasks.store import AnyConnection, Store
 from pgtasks.task import (
     Signature,
     Task,
@@ -124,7 +124,7 @@ class App:
         self.name = name
         self.settings = settings or Settings.from_env(dsn)
         self.tasks: dict[str, Task] = {}
-        self._store: Store | None = None
+        self._stores: Stores | None = None
         self._store_lock = threading.Lock()
         autoload = self.settings.load_entry_points if load_entry_points is None else load_entry_points
         self.plugin_manager: pluggy.PluginManager = make_plugin_manager(load_entry_points=autoload)
@@ -139,17 +139,32 @@ class App:
     # -- database ----------------------------------------------------------------
 
     @property
-    def store(self) -> Store:
-        """The `Store` (opened on first use; starts the embedded server if no DSN is set)."""
-        if self._store is None:
+    def stores(self) -> Stores:
+        """The data layer's typed stores over the app's `Database` (see `pgtasks.db`).
+
+        Opened on first use; with no DSN set that starts the embedded server.
+        """
+        if self._stores is None:
             with self._store_lock:
-                if self._store is None:
-                    self._store = Store(
+                if self._stores is None:
+                    database = Database(
                         self.settings.resolve_dsn(),
                         max_size=self.settings.pool_size,
                         prepare_threshold=self.settings.prepare_threshold,
                     )
-        return self._store
+                    self._stores = Stores.over(database)
+        return self._stores
+
+    @property
+    def database(self) -> Database:
+        """The app's `pgtasks.db.Database`: its pool, connections (``connection()``,
+        ``connect()``), transactions (``transaction()``), ``dsn`` and clock (``now()``)."""
+        return self.stores.database
+
+    @property
+    def store(self) -> Database:
+        """The same `Database` as `database` (the name earlier versions used)."""
+        return self.stores.database
 
     def migrate(self) -> list[str]:
         """Create or upgrade the ``pgtasks`` schema; idempotent and safe to run concurrently.
@@ -163,13 +178,13 @@ class App:
         """
         from pgtasks.plugins import migrate_plugins
 
-        applied = [f"{m.version:04d}_{m.name}" for m in _migrate.migrate(self.store)]
-        return applied + migrate_plugins(self.store, self.plugin_manager)
+        applied = [f"{m.version:04d}_{m.name}" for m in _migrate.migrate(self.stores)]
+        return applied + migrate_plugins(self.stores, self.plugin_manager)
 
     def close(self) -> None:
         """Close the connection pool (it reopens on next use)."""
-        if self._store is not None:
-            self._store.close()
+        if self._stores is not None:
+            self._stores.database.close()
 
     # -- tasks ---------------------------------------------------------------------
 

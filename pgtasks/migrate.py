@@ -1,6 +1,6 @@
 """Numbered schema migrations shipped in the package, applied under an advisory lock.
 
-Files live in ``pgtasks/migrations/NNNN_name.sql``. Each is applied in its own
+Files live in ``pgtasks/sql/migrations/NNNN_name.sql``. Each is applied in its own
 transaction that first takes a transaction-level advisory lock, so any number of
 processes may call `migrate` at once: one applies, the others wait and then find
 nothing left to do. Applied versions are recorded in ``pgtasks.migrations``.
@@ -9,14 +9,11 @@ nothing left to do. Applied versions are recorded in ``pgtasks.migrations``.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from importlib import resources
 from typing import TYPE_CHECKING
 
-from pgtasks.errors import ConfigurationError
-from pgtasks.store import AnyConnection, Store
+from pgtasks.db import AnyConnection, MigrationStore, Stores
+from pgtasks.sql import Migration, read_migrations
 
 if TYPE_CHECKING:
     from pgtasks.plugins import PluginMigrations
@@ -25,17 +22,6 @@ __all__ = ["Migration", "migrate", "migration_sql", "migrations", "pending"]
 
 log = logging.getLogger("pgtasks.migrate")
 
-_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    """One migration file: its number, name and SQL text."""
-
-    version: int
-    name: str
-    sql: str
-
 
 def migrations() -> list[Migration]:
     """Every migration shipped in the package, in version order.
@@ -43,33 +29,18 @@ def migrations() -> list[Migration]:
     Raises:
         ConfigurationError: two files share a version number.
     """
-    found: dict[int, Migration] = {}
-    for entry in resources.files("pgtasks").joinpath("migrations").iterdir():
-        match = _FILE.match(entry.name)
-        if not match:
-            continue
-        version = int(match.group(1))
-        if version in found:
-            raise ConfigurationError(f"two migrations with version {version}")
-        found[version] = Migration(version, match.group(2), entry.read_text(encoding="utf-8"))
-    return [found[v] for v in sorted(found)]
+    return read_migrations("pgtasks.sql", "migrations")
 
 
-def _applied(store: Store) -> set[int]:
-    present = store.fetch_one("migration_schema_exists")
-    if not present or not present["present"]:
-        return set()
-    return {int(r["version"]) for r in store.fetch_all("migration_applied")}
-
-
-def pending(store: Store) -> list[Migration]:
-    """Migrations not yet applied to the store's database."""
-    done = _applied(store)
+def pending(stores: Stores) -> list[Migration]:
+    """Migrations not yet applied to the stores' database."""
+    ledger = stores.migrations
+    done = ledger.applied() if ledger.schema_exists() else set()
     return [m for m in migrations() if m.version not in done]
 
 
 def apply_each(
-    store: Store,
+    stores: Stores,
     candidates: Iterable[Migration],
     *,
     applied: Callable[[AnyConnection], set[int]],
@@ -81,7 +52,7 @@ def apply_each(
     Used for pgtasks' own migrations and for plugins' (`pgtasks.plugins.migrate_plugins`).
 
     Args:
-        store: where to apply them.
+        stores: where to apply them.
         candidates: migrations in version order.
         applied: versions already applied, read inside the locked transaction.
         record: writes the ledger row of a migration just applied.
@@ -90,20 +61,21 @@ def apply_each(
     Returns:
         The migrations this call applied.
     """
+    ledger: MigrationStore = stores.migrations
     done: list[Migration] = []
     for migration in candidates:
-        with store.transaction() as conn:
-            store.execute("migration_lock", conn=conn)
+        with stores.database.transaction() as conn:
+            ledger.lock(conn=conn)
             if migration.version in applied(conn):
                 continue
-            store.execute_script(migration.sql, conn=conn)
+            ledger.apply_script(migration.sql, conn=conn)
             record(conn, migration)
         done.append(migration)
         log.info("applied migration %s%04d_%s", label, migration.version, migration.name)
     return done
 
 
-def migrate(store: Store) -> list[Migration]:
+def migrate(stores: Stores) -> list[Migration]:
     """Apply every pending migration; safe to call from many processes at once.
 
     Returns:
@@ -113,15 +85,16 @@ def migrate(store: Store) -> list[Migration]:
         DatabaseError: a migration failed; its transaction was rolled back.
     """
 
+    ledger = stores.migrations
+
     def applied(conn: AnyConnection) -> set[int]:
-        store.execute("migration_bootstrap_schema", conn=conn)
-        store.execute("migration_bootstrap_table", conn=conn)
-        return {int(r["version"]) for r in store.fetch_all("migration_applied", conn=conn)}
+        ledger.bootstrap(conn=conn)
+        return ledger.applied(conn=conn)
 
     def record(conn: AnyConnection, migration: Migration) -> None:
-        store.execute("migration_record", {"version": migration.version, "name": migration.name}, conn=conn)
+        ledger.record(version=migration.version, name=migration.name, conn=conn)
 
-    return apply_each(store, migrations(), applied=applied, record=record)
+    return apply_each(stores, migrations(), applied=applied, record=record)
 
 
 def migration_sql(plugin_sets: Sequence[PluginMigrations] = ()) -> str:
@@ -136,13 +109,7 @@ def migration_sql(plugin_sets: Sequence[PluginMigrations] = ()) -> str:
             (`pgtasks.plugins.plugin_migration_sets`); their keys and file names
             are validated identifiers, so they are safe to write as literals.
     """
-    from pgtasks.queries import QUERIES
-
-    parts = [
-        "BEGIN;",
-        QUERIES["migration_bootstrap_schema"] + ";",
-        QUERIES["migration_bootstrap_table"] + ";",
-    ]
+    parts = ["BEGIN;", *(statement + ";" for statement in MigrationStore.bootstrap_sql())]
     for m in migrations():
         parts.append(f"-- {m.version:04d}_{m.name}\n{m.sql.strip()}")
         parts.append(

@@ -19,15 +19,15 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Final
 
 import pluggy
 
 from pgtasks import hookspecs
+from pgtasks.db import AnyConnection, Stores
 from pgtasks.errors import ConfigurationError
-from pgtasks.migrate import Migration, apply_each
-from pgtasks.store import AnyConnection, Store
+from pgtasks.migrate import apply_each
+from pgtasks.sql import Migration, read_migrations
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -54,7 +54,6 @@ SLOW_HOOK_SECONDS: Final = 1.0
 
 _HOOK_PREFIX: Final = "pgtasks_"
 _PLUGIN_KEY: Final = re.compile(r"^[a-z][a-z0-9_]*$")
-_MIGRATION_FILE: Final = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
 class PluginManager(pluggy.PluginManager):
@@ -304,23 +303,7 @@ class PluginMigrations:
         Raises:
             ConfigurationError: the folder is missing or two files share a version.
         """
-        try:
-            folder = resources.files(self.package).joinpath(self.directory)
-            entries = list(folder.iterdir())
-        except (ImportError, FileNotFoundError, NotADirectoryError) as exc:
-            raise ConfigurationError(
-                f"plugin {self.plugin!r}: no migrations folder {self.package}/{self.directory}: {exc}"
-            ) from exc
-        found: dict[int, Migration] = {}
-        for entry in entries:
-            match = _MIGRATION_FILE.match(entry.name)
-            if not match:
-                continue
-            version = int(match.group(1))
-            if version in found:
-                raise ConfigurationError(f"plugin {self.plugin!r}: two migrations with version {version}")
-            found[version] = Migration(version, match.group(2), entry.read_text(encoding="utf-8"))
-        return [found[v] for v in sorted(found)]
+        return read_migrations(self.package, self.directory, owner=f"plugin {self.plugin!r}")
 
 
 def plugin_migration_sets(pm: pluggy.PluginManager) -> list[PluginMigrations]:
@@ -339,7 +322,7 @@ def plugin_migration_sets(pm: pluggy.PluginManager) -> list[PluginMigrations]:
     return sets
 
 
-def migrate_plugins(store: Store, pm: pluggy.PluginManager) -> list[str]:
+def migrate_plugins(stores: Stores, pm: pluggy.PluginManager) -> list[str]:
     """Apply the pending migrations of every plugin; safe to call from many processes.
 
     Each migration runs in its own transaction under pgtasks' migration advisory
@@ -353,21 +336,17 @@ def migrate_plugins(store: Store, pm: pluggy.PluginManager) -> list[str]:
         ConfigurationError: a plugin's migration set is malformed.
         DatabaseError: a migration failed; its transaction was rolled back.
     """
+    ledger = stores.migrations
     applied: list[str] = []
     for mset in plugin_migration_sets(pm):
         key = mset.plugin
 
         def versions(conn: AnyConnection, key: str = key) -> set[int]:
-            rows = store.fetch_all("plugin_migration_applied", {"plugin": key}, conn=conn)
-            return {int(r["version"]) for r in rows}
+            return ledger.plugin_applied(plugin=key, conn=conn)
 
         def record(conn: AnyConnection, migration: Migration, key: str = key) -> None:
-            store.execute(
-                "plugin_migration_record",
-                {"plugin": key, "version": migration.version, "name": migration.name},
-                conn=conn,
-            )
+            ledger.plugin_record(plugin=key, version=migration.version, name=migration.name, conn=conn)
 
-        done = apply_each(store, mset.migrations(), applied=versions, record=record, label=f"{key}:")
+        done = apply_each(stores, mset.migrations(), applied=versions, record=record, label=f"{key}:")
         applied += [f"{key}:{m.version:04d}_{m.name}" for m in done]
     return applied

@@ -22,7 +22,7 @@ import enum
 from types import MappingProxyType
 from typing import Final
 
-__all__ = ["TERMINAL", "TRANSITIONS", "JobStatus", "Trigger", "can_transition"]
+__all__ = ["TERMINAL", "TRANSITIONS", "ErrorCode", "FailureClass", "JobStatus", "Trigger", "can_transition"]
 
 
 class JobStatus(enum.StrEnum):
@@ -44,6 +44,36 @@ class Trigger(enum.StrEnum):
     MANUAL = "manual"
     RETRY = "retry"
     DEPENDENCY = "dependency"
+
+
+class FailureClass(enum.StrEnum):
+    """Whether a failed attempt may succeed if tried again (``class`` of an error record).
+
+    ``transient`` failures are retried while attempts remain; ``permanent`` ones
+    fail the job (see `pgtasks.worker.outcome` for which exception is which).
+    """
+
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+
+
+class ErrorCode(enum.StrEnum):
+    """The ``code`` pgtasks itself writes in an error record.
+
+    A task's own exception is recorded with its ``code`` attribute, else its class
+    name in upper case; `Reject` and `PartialFailure` carry a code of their own
+    (by default ``REJECTED`` and ``PARTIAL_FAILURE``).
+    """
+
+    CANCELLED = "CANCELLED"  # cancelled before or while it ran
+    UNKNOWN_TASK = "UNKNOWN_TASK"  # no worker that claimed it knows the task
+    WORKER_LOST = "WORKER_LOST"  # its worker (or worker process) died; written by job_reap_lost too
+    TIME_LIMIT = "TIME_LIMIT"  # the hard or soft time limit ended it
+    RETRY = "RETRY"  # the task asked for a retry without an exception
+    REJECTED = "REJECTED"  # the task raised Reject
+    PARTIAL_FAILURE = "PARTIAL_FAILURE"  # the task reported a partial outcome
+    RESULT_NOT_SERIALIZABLE = "RESULT_NOT_SERIALIZABLE"  # its return value cannot be stored
+    OUTCOME_NOT_RECORDED = "OUTCOME_NOT_RECORDED"  # PostgreSQL refused the outcome itself
 
 
 TERMINAL: Final = frozenset(

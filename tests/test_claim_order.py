@@ -13,7 +13,7 @@ from helpers import plan_nodes
 
 import pgtasks
 from pgtasks.context import CLAIM_COLUMNS, Request, request_from_claim
-from pgtasks.store import Row, text_array_literal
+from pgtasks.db import Row, text_array_literal
 
 
 def _params(limit: int, *, fair: bool, now: Any = None, queue: str = "default") -> dict[str, Any]:

@@ -10,12 +10,12 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgtasks.errors import ConnectionFailed
-from pgtasks.store import Store
+from pgtasks.db import Database
 
 
 def test_unreachable_server_is_transient() -> None:
     with pytest.raises(ConnectionFailed) as info:
-        Store("postgresql://postgres@127.0.0.1:1/x", connect_timeout=2).connect()
+        Database("postgresql://postgres@127.0.0.1:1/x", connect_timeout=2).connect()
     assert info.value.transient
     assert "127.0.0.1:1" in str(info.value)
 
@@ -24,7 +24,7 @@ def test_missing_database_is_permanent(admin_dsn: str) -> None:
     params = conninfo_to_dict(admin_dsn)
     params["dbname"] = "pgtasks_no_such_database"
     with pytest.raises(ConnectionFailed) as info:
-        Store(make_conninfo("", **params)).connect()
+        Database(make_conninfo("", **params)).connect()
     assert not info.value.transient
     assert "pgtasks_no_such_database" in str(info.value)
 

@@ -71,11 +71,11 @@ def test_migrations_are_numbered_from_one_without_gaps() -> None:
 def test_migrate_on_an_empty_database_applies_everything_once(empty_dsn: str) -> None:
     app = _app(empty_dsn)
     try:
-        assert [f"{m.version:04d}_{m.name}" for m in pending(app.store)] == ALL
+        assert [f"{m.version:04d}_{m.name}" for m in pending(app.stores)] == ALL
         assert app.migrate() == ALL
         assert app.migrate() == []
         assert app.migrate() == []
-        assert pending(app.store) == []
+        assert pending(app.stores) == []
     finally:
         app.close()
     assert _applied_rows(empty_dsn) == [(m.version, m.name) for m in migrations()]

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from pgtasks.errors import ConfigurationError
-from pgtasks.queries import QUERIES, parse_queries
+from pgtasks.sql import QUERIES, parse_queries
 
 REPO = Path(__file__).resolve().parents[1]
 CORE = REPO / "pgtasks"

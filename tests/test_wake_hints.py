@@ -18,7 +18,7 @@ from helpers import eventually
 
 import pgtasks
 from pgtasks.context import CLAIM_COLUMNS
-from pgtasks.store import bigint_array_literal, text_array_literal
+from pgtasks.db import bigint_array_literal, text_array_literal
 from pgtasks.worker import Worker
 from pgtasks.worker.hints import WakeHints
 

@@ -20,7 +20,7 @@ from helpers import eventually
 import pgtasks
 from pgtasks.context import Request
 from pgtasks.errors import Retry
-from pgtasks.store import Store
+from pgtasks.db import Database, JobStore, WorkerStore
 from pgtasks.task import MAX_DELAY, UNLIMITED_ATTEMPTS, TaskOptions, backoff_delay
 from pgtasks.worker import Worker, WorkerConfig
 from pgtasks.worker.completer import Completer, Completion, succeed_batch_params
@@ -28,7 +28,8 @@ from pgtasks.worker.listener import Listener
 from pgtasks.worker.outcome import decide
 from pgtasks.worker.pool import HeldJob
 from pgtasks.worker.processes import _Slot
-from pgtasks.worker.services import Heartbeat, Reaper, ReaperConfig
+from pgtasks.maintenance import Reaper, ReaperConfig
+from pgtasks.worker.heartbeat import Heartbeat
 
 SECOND = dt.timedelta(seconds=1)
 
@@ -94,14 +95,14 @@ def test_retry_with_huge_max_retries_is_clamped_to_the_column_range() -> None:
 
 
 @pytest.fixture
-def store(dsn: str) -> Iterator[Store]:
+def store(dsn: str) -> Iterator[Database]:
     """A store on the test database."""
-    s = Store(dsn, max_size=4)
+    s = Database(dsn, max_size=4)
     yield s
     s.close()
 
 
-def register(store: Store, worker_id: str, now: dt.datetime | None, lease: float = 30.0) -> None:
+def register(store: Database, worker_id: str, now: dt.datetime | None, lease: float = 30.0) -> None:
     """Register a worker row at ``now``."""
     store.fetch_one(
         "worker_register",
@@ -118,7 +119,9 @@ def register(store: Store, worker_id: str, now: dt.datetime | None, lease: float
     )
 
 
-def claim(store: Store, worker_id: str, now: dt.datetime | None, limit: int = 100, **extra: Any) -> list[int]:
+def claim(
+    store: Database, worker_id: str, now: dt.datetime | None, limit: int = 100, **extra: Any
+) -> list[int]:
     """Claim due jobs for ``worker_id`` at ``now``; returns their ids in claim order."""
     params = {
         "queues": ["default"],
@@ -134,7 +137,7 @@ def claim(store: Store, worker_id: str, now: dt.datetime | None, limit: int = 10
 
 
 def succeed(
-    store: Store, worker_id: str, ids: list[int], now: dt.datetime | None, conn: Any = None
+    store: Database, worker_id: str, ids: list[int], now: dt.datetime | None, conn: Any = None
 ) -> list[int]:
     """Record success of ``ids`` as ``worker_id`` would."""
     found = store.fetch_all(
@@ -146,7 +149,7 @@ def succeed(
 
 
 def test_reaper_takes_only_running_jobs_of_expired_workers(
-    app: pgtasks.App, store: Store, conn: psycopg.Connection[Any]
+    app: pgtasks.App, store: Database, conn: psycopg.Connection[Any]
 ) -> None:
     again = app.task(name="again")(lambda: None)
     once = app.task(name="once", retry_on_worker_lost=False)(lambda: None)
@@ -158,10 +161,13 @@ def test_reaper_takes_only_running_jobs_of_expired_workers(
     assert sorted(claim(store, "dead", t0)) == sorted([done_job, lost_job, lost_once])
     assert succeed(store, "dead", [done_job], t0 + SECOND) == [done_job]
 
-    assert Reaper(store, ReaperConfig(), now=t0 + 29 * SECOND).run_once().requeued == 0
+    assert (
+        Reaper(JobStore(store), WorkerStore(store), ReaperConfig(), now=t0 + 29 * SECOND).run_once().requeued
+        == 0
+    )
     assert status(conn, lost_job) == "running"  # the lease is alive
 
-    result = Reaper(store, ReaperConfig(), now=t0 + 31 * SECOND).run_once()
+    result = Reaper(JobStore(store), WorkerStore(store), ReaperConfig(), now=t0 + 31 * SECOND).run_once()
     assert (result.requeued, result.failed) == (1, 1)
     assert status(conn, lost_job) == "queued"
     job = app.get_job(lost_job)
@@ -176,11 +182,14 @@ def test_reaper_takes_only_running_jobs_of_expired_workers(
     assert (finished.status, finished.result, finished.attempts) == ("succeeded", "ok", [])
     assert finished.finished_at == t0 + SECOND
     # Nothing is reaped twice.
-    assert Reaper(store, ReaperConfig(), now=t0 + 99 * SECOND).run_once().requeued == 0
+    assert (
+        Reaper(JobStore(store), WorkerStore(store), ReaperConfig(), now=t0 + 99 * SECOND).run_once().requeued
+        == 0
+    )
 
 
 def test_reaper_never_overwrites_a_job_finishing_at_the_same_moment(
-    app: pgtasks.App, store: Store, dsn: str, conn: psycopg.Connection[Any]
+    app: pgtasks.App, store: Database, dsn: str, conn: psycopg.Connection[Any]
 ) -> None:
     task = app.task(name="t")(lambda: None)
     racing = task.delay().id
@@ -192,10 +201,10 @@ def test_reaper_never_overwrites_a_job_finishing_at_the_same_moment(
     # The worker's success write is in flight (row locked, not yet committed) as the reaper runs.
     with psycopg.connect(dsn) as writer:
         assert succeed(store, "w", [racing], t0 + SECOND, conn=writer) == [racing]
-        result = Reaper(store, ReaperConfig(), now=later).run_once()
+        result = Reaper(JobStore(store), WorkerStore(store), ReaperConfig(), now=later).run_once()
         assert (result.requeued, result.failed) == (1, 0)  # only the other job
         writer.commit()
-    assert Reaper(store, ReaperConfig(), now=later).run_once().requeued == 0
+    assert Reaper(JobStore(store), WorkerStore(store), ReaperConfig(), now=later).run_once().requeued == 0
     job = app.get_job(racing)
     assert (job.status, job.result, job.attempts) == ("succeeded", "ok", [])
     # The other way round: reaped first, then the stale worker's write changes nothing.
@@ -205,7 +214,7 @@ def test_reaper_never_overwrites_a_job_finishing_at_the_same_moment(
 
 
 def test_a_long_job_on_a_live_worker_is_never_reaped(
-    app: pgtasks.App, store: Store, conn: psycopg.Connection[Any]
+    app: pgtasks.App, store: Database, conn: psycopg.Connection[Any]
 ) -> None:
     task = app.task(name="t")(lambda: None)
     job = task.delay().id
@@ -221,16 +230,20 @@ def test_a_long_job_on_a_live_worker_is_never_reaped(
         store.fetch_one(
             "worker_heartbeat", {"id": "alive", "now": t0 + minutes * 60 * SECOND, "stopping": False}
         )
-    result = Reaper(store, ReaperConfig(lease_timeout=30), now=t0 + 3550 * SECOND).run_once()
+    result = Reaper(
+        JobStore(store), WorkerStore(store), ReaperConfig(lease_timeout=30), now=t0 + 3550 * SECOND
+    ).run_once()
     assert (result.requeued, result.failed) == (1, 0)
     assert (status(conn, job), status(conn, orphan)) == ("running", "queued")
     # Long-expired worker rows without jobs are forgotten.
     register(store, "ancient", t0 - 7200 * SECOND)
-    assert Reaper(store, ReaperConfig(), now=t0).run_once().workers_forgotten == 1
+    assert (
+        Reaper(JobStore(store), WorkerStore(store), ReaperConfig(), now=t0).run_once().workers_forgotten == 1
+    )
 
 
 def test_heartbeat_extends_the_lease_and_passes_on_cancel_requests(
-    app: pgtasks.App, store: Store, conn: psycopg.Connection[Any]
+    app: pgtasks.App, store: Database, conn: psycopg.Connection[Any]
 ) -> None:
     task = app.task(name="t")(lambda: None)
     first, second = task.delay().id, task.delay().id
@@ -240,7 +253,13 @@ def test_heartbeat_extends_the_lease_and_passes_on_cancel_requests(
     cancels: list[tuple[int, bool]] = []
     lost: list[bool] = []
     beat = Heartbeat(
-        store, "hb", 10, lambda i, t: cancels.append((i, t)), lambda: lost.append(True), lambda: True
+        WorkerStore(store),
+        JobStore(store),
+        "hb",
+        10,
+        lambda i, t: cancels.append((i, t)),
+        lambda: lost.append(True),
+        lambda: True,
     )
     result = beat.run_once()
     assert (result.extended, result.cancel_requested, cancels, lost) == (True, 0, [], [])
@@ -261,7 +280,7 @@ def test_heartbeat_extends_the_lease_and_passes_on_cancel_requests(
 
 
 def test_listener_survives_a_failing_callback_and_calls_only_bad_payloads_malformed(
-    store: Store, conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+    store: Database, conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     cancelled: list[int] = []
     enqueued: list[str] = []
@@ -324,7 +343,7 @@ def test_a_slot_kills_its_child_only_for_the_job_it_runs() -> None:
 
 
 def test_completer_writes_in_batches_and_reports_only_durable_results(
-    app: pgtasks.App, store: Store, dsn: str, conn: psycopg.Connection[Any]
+    app: pgtasks.App, store: Database, dsn: str, conn: psycopg.Connection[Any]
 ) -> None:
     task = app.task(name="t")(lambda: None)
     ids = [task.delay().id for _ in range(8)]
@@ -366,7 +385,7 @@ def test_completer_writes_in_batches_and_reports_only_durable_results(
 
 
 def test_completer_stop_writes_what_is_pending(
-    app: pgtasks.App, store: Store, conn: psycopg.Connection[Any]
+    app: pgtasks.App, store: Database, conn: psycopg.Connection[Any]
 ) -> None:
     task = app.task(name="t")(lambda: None)
     ids = [task.delay().id for _ in range(2)]
@@ -380,7 +399,7 @@ def test_completer_stop_writes_what_is_pending(
 
 
 def test_completer_writes_every_result_added_from_many_threads(
-    app: pgtasks.App, store: Store, conn: psycopg.Connection[Any]
+    app: pgtasks.App, store: Database, conn: psycopg.Connection[Any]
 ) -> None:
     """Pool threads add results concurrently (no lock): each is written exactly once, none waits."""
     task = app.task(name="t")(lambda: None)
@@ -412,7 +431,7 @@ def test_completer_writes_every_result_added_from_many_threads(
     assert one(conn, "SELECT count(*) FROM pgtasks.jobs WHERE status = 'succeeded'") == 800
 
 
-def test_completer_stops_at_once_when_idle(store: Store) -> None:
+def test_completer_stops_at_once_when_idle(store: Database) -> None:
     completer = Completer(store, "c", batch=10, delay=60.0, on_written=lambda done, lost: None)
     completer.start()
     completer.stop(timeout=5)
@@ -423,7 +442,7 @@ def test_completer_stops_at_once_when_idle(store: Store) -> None:
 
 
 def test_claim_order_is_priority_then_run_at_then_id(
-    app: pgtasks.App, store: Store, conn: psycopg.Connection[Any]
+    app: pgtasks.App, store: Database, conn: psycopg.Connection[Any]
 ) -> None:
     task = app.task(name="t")(lambda: None)
     base = one(conn, "SELECT now()")
@@ -440,14 +459,14 @@ def test_claim_order_is_priority_then_run_at_then_id(
     assert status(conn, future) == "queued"
 
 
-def test_a_claim_never_takes_more_than_asked(app: pgtasks.App, store: Store) -> None:
+def test_a_claim_never_takes_more_than_asked(app: pgtasks.App, store: Database) -> None:
     task = app.task(name="t")(lambda: None)
     task.delay_many(list(range(200)))
     task.delay_many([(i,) for i in range(50)], tenant="other")
     assert [len(claim(store, "w", None, limit=n)) for n in (1, 7, 33)] == [1, 7, 33]
 
 
-def test_fair_claim_serves_tenants_round_robin(app: pgtasks.App, store: Store) -> None:
+def test_fair_claim_serves_tenants_round_robin(app: pgtasks.App, store: Database) -> None:
     task = app.task(name="t")(lambda: None)
     big = {r.id for r in task.delay_many(list(range(500)), tenant="big")}
     small = {r.id for r in task.delay_many(list(range(2)), tenant="small")}

@@ -53,7 +53,7 @@ import pgtasks
 from pgtasks.cron import CronSchedule, load_zone
 from pgtasks.errors import RunAlreadyActive, ScheduleNotFound
 from pgtasks.scheduler import Run, Scheduler, SchedulerConfig
-from pgtasks.store import describe_dsn
+from pgtasks.db import describe_dsn
 from pgtasks.worker import Worker, WorkerConfig
 
 from .app import FAULT_MARKER, SCHEDULES, TIMEZONE, agent_queue, make_app

@@ -34,7 +34,7 @@ from rich.table import Table
 
 import pgtasks
 from pgtasks.states import JobStatus
-from pgtasks.store import describe_dsn
+from pgtasks.db import describe_dsn
 from pgtasks.worker import Worker, WorkerConfig
 from pgtasks_index import SearchHit
 

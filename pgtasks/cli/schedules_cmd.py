@@ -18,9 +18,9 @@ import click
 from pgtasks.cli.common import AppLoader, fail, new_console, new_table
 from pgtasks.cron import load_zone
 from pgtasks.errors import ConfigurationError, PgtasksError
+from pgtasks.maintenance import ReaperConfig
 from pgtasks.scheduler import Schedule, Scheduler, SchedulerConfig, SimulatedClock
 from pgtasks.serialization import dumps
-from pgtasks.worker.services import ReaperConfig
 
 __all__ = ["run_scheduler", "scheduler_command", "schedules_group"]
 

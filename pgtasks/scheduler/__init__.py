@@ -12,9 +12,9 @@ Fire times come from `pgtasks.cron.CronSchedule` only. See ``docs/scheduling.md`
 
 from __future__ import annotations
 
+from pgtasks.records import Run, Schedule
 from pgtasks.scheduler.api import Schedules, SyncResult
 from pgtasks.scheduler.clock import Clock, DatabaseClock, SimulatedClock
-from pgtasks.scheduler.records import Run, Schedule
 from pgtasks.scheduler.service import Scheduler, SchedulerConfig, SchedulerResult, beat
 from pgtasks.scheduler.spec import INHERIT, MISFIRE_POLICIES, OVERLAP_POLICIES, ScheduleSpec
 

@@ -25,10 +25,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from pgtasks.cron import CronSchedule
+from pgtasks.db import AnyConnection
 from pgtasks.errors import InvalidSchedule, RunAlreadyActive, ScheduleNotFound
-from pgtasks.records import Job
+from pgtasks.records import Job, Run, Schedule
 from pgtasks.result import AsyncResult
-from pgtasks.scheduler.records import Run, Schedule
 from pgtasks.scheduler.runs import RunEvent, emit, insert_run, requested_by_default
 from pgtasks.scheduler.spec import (
     DEFAULT_CATCH_UP_LIMIT,
@@ -36,7 +36,6 @@ from pgtasks.scheduler.spec import (
     ScheduleSpec,
     check_schedule_name,
 )
-from pgtasks.store import AnyConnection
 
 if TYPE_CHECKING:
     from pgtasks.app import App

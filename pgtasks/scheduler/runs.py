@@ -26,9 +26,9 @@ from typing import Any
 
 import pluggy
 
+from pgtasks.db import AnyConnection, Database
 from pgtasks.plugins import call_isolated
 from pgtasks.serialization import dumps
-from pgtasks.store import AnyConnection, Store
 
 __all__ = ["RunEvent", "RunInsert", "emit", "insert_retry_run", "insert_run", "requested_by_default"]
 
@@ -97,7 +97,7 @@ def _before_enqueue(pm: pluggy.PluginManager, schedule: Mapping[str, Any], heade
 
 
 def insert_run(
-    store: Store,
+    store: Database,
     pm: pluggy.PluginManager,
     conn: AnyConnection,
     schedule: Mapping[str, Any],
@@ -160,7 +160,7 @@ def insert_run(
 
 
 def insert_retry_run(
-    store: Store, conn: AnyConnection, failed_run_id: int, *, delay: float, now: datetime | None = None
+    store: Database, conn: AnyConnection, failed_run_id: int, *, delay: float, now: datetime | None = None
 ) -> RunInsert:
     """Insert the retry run of a failed run (attempt n+1, trigger ``retry``), due in ``delay`` seconds.
 

@@ -34,15 +34,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pgtasks.cron import CronSchedule
+from pgtasks.db import AnyConnection
 from pgtasks.errors import ConfigurationError, DatabaseError, InvalidSchedule
+from pgtasks.maintenance import Reaper, ReaperConfig, Service
 from pgtasks.records import Job
 from pgtasks.scheduler.clock import Clock, DatabaseClock
 from pgtasks.scheduler.firing import plan_fires
 from pgtasks.scheduler.runs import RunEvent, emit, insert_retry_run, insert_run
 from pgtasks.states import JobStatus
-from pgtasks.store import AnyConnection
 from pgtasks.task import TaskOptions, backoff_delay
-from pgtasks.worker.services import Reaper, ReaperConfig, Service
 
 if TYPE_CHECKING:
     from pgtasks.app import App
@@ -166,7 +166,13 @@ class Scheduler(Service):
         if not self.synced:
             self._sync(pinned)
         if self.config.reap:
-            reaped = Reaper(self.store, self.config.reaper, self.app.plugin_manager, now=pinned).run_once()
+            reaped = Reaper(
+                self.app.stores.jobs,
+                self.app.stores.workers,
+                self.config.reaper,
+                self.app.plugin_manager,
+                now=pinned,
+            ).run_once()
             result.reaped = reaped.requeued + reaped.failed
         at = pinned or self._db_now()
         self._follow_up_all(at, result)

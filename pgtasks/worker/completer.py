@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pgtasks.db import Database, bigint_array_literal
 from pgtasks.errors import DatabaseError
-from pgtasks.store import Store, bigint_array_literal
 
 __all__ = ["Completer", "Completion", "succeed_batch_params"]
 
@@ -67,7 +67,7 @@ class Completer:
 
     def __init__(
         self,
-        store: Store,
+        store: Database,
         worker_id: str,
         *,
         batch: int,

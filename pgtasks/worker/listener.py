@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import psycopg
 
+from pgtasks.db import Database
 from pgtasks.errors import DatabaseError
-from pgtasks.store import Store
 
 __all__ = ["Listener"]
 
@@ -34,7 +34,7 @@ class Listener:
 
     def __init__(
         self,
-        store: Store,
+        store: Database,
         on_jobs: Callable[[str], None],
         on_cancel: Callable[[int], None],
         on_reconnect: Callable[[], None],

@@ -298,12 +298,12 @@ def _child_main(  # noqa: PLR0917 - multiprocessing passes arguments positionall
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGALRM, _on_alarm)
     _die_with_parent()
+    from pgtasks.db import Database
     from pgtasks.loader import load_app
-    from pgtasks.store import Store
 
     app = load_app(app_spec)
     app.settings = replace(app.settings, dsn=dsn)
-    store = Store(
+    store = Database(
         dsn, max_size=2, prepare_threshold=app.settings.prepare_threshold, session="worker_session_setup"
     )
     runtime = _ChildRuntime(store, worker_id, flag)

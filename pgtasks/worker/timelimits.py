@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgtasks.errors import SoftTimeLimitExceeded, TimeLimitExceeded
+from pgtasks.maintenance import Service
 from pgtasks.worker.pool import HeldJob, raise_in_thread
-from pgtasks.worker.services import Service
 
 __all__ = ["HardTimeLimitExceeded", "TimeLimitResult", "TimeLimitWatchdog"]
 

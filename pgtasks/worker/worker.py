@@ -32,19 +32,20 @@ from typing import Any
 
 from pgtasks.app import App
 from pgtasks.context import CLAIM_COLUMNS, TaskContext, request_from_claim
+from pgtasks.db import Database, JobStore, WorkerStore, bigint_array_literal, text_array_literal
 from pgtasks.errors import DatabaseError, NotOwner, SerializationError, TimeLimitExceeded
+from pgtasks.maintenance import Reaper, ReaperConfig
 from pgtasks.plugins import call_isolated
 from pgtasks.serialization import dumps
 from pgtasks.states import JobStatus
-from pgtasks.store import Store, bigint_array_literal, text_array_literal
 from pgtasks.worker.attempt import Success, run_attempt
 from pgtasks.worker.completer import Completer, Completion
 from pgtasks.worker.config import WorkerConfig
+from pgtasks.worker.heartbeat import Heartbeat
 from pgtasks.worker.hints import WakeHints
 from pgtasks.worker.listener import Listener
 from pgtasks.worker.outcome import Outcome, decide, storable_text
 from pgtasks.worker.pool import HeldJob, ThreadPool, deliver_pending_exception
-from pgtasks.worker.services import Heartbeat, Reaper, ReaperConfig
 from pgtasks.worker.timelimits import TimeLimitWatchdog
 
 __all__ = ["EXIT_FORCED", "EXIT_OK", "Worker"]
@@ -82,7 +83,7 @@ class Worker:
         self.app = app
         self.config = config or WorkerConfig(**overrides)
         self.id = self.config.worker_id
-        self.store = Store(
+        self.store = Database(
             app.store.dsn,
             max_size=min(self.config.concurrency + 4, 32),
             prepare_threshold=app.settings.prepare_threshold,
@@ -126,7 +127,8 @@ class Worker:
             on_written=self._on_written,
         )
         self._heartbeat = Heartbeat(
-            self.store,
+            WorkerStore(self.store),
+            JobStore(self.store),
             self.id,
             self.config.heartbeat_every,
             on_cancel=self._on_cancel,
@@ -134,7 +136,8 @@ class Worker:
             stopping=self._stopping.is_set,
         )
         self._reaper = Reaper(
-            self.store,
+            JobStore(self.store),
+            WorkerStore(self.store),
             ReaperConfig(interval=self.config.reap_interval, lease_timeout=self.config.lease_timeout),
             app.plugin_manager,
         )

@@ -10,7 +10,7 @@ from typing import Any, Final
 from pgtasks.app import App
 from pgtasks.context import TaskContext
 from pgtasks.errors import ConfigurationError, DatabaseError, Reject
-from pgtasks.store import AnyConnection
+from pgtasks.db import AnyConnection
 
 __all__ = ["DELETE_QUEUE", "DELETE_TASK", "delete_item", "delete_task"]
 

@@ -25,7 +25,7 @@ from typing import Any, Final
 from pgtasks.app import App
 from pgtasks.errors import ConfigurationError
 from pgtasks.serialization import dumps
-from pgtasks.store import AnyConnection, Row
+from pgtasks.db import AnyConnection, Row
 
 from .records import Capabilities, IndexEntry, MatchKind, SearchHit, UpsertResult
 from .store import index_store

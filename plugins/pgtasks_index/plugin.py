@@ -14,7 +14,7 @@ import click
 from pgtasks.app import App
 from pgtasks.hookspecs import hookimpl
 from pgtasks.plugins import PluginMigrations
-from pgtasks.store import AnyConnection
+from pgtasks.db import AnyConnection
 
 from . import api
 from .records import SearchHit

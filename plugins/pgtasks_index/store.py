@@ -1,7 +1,7 @@
-"""The index's named queries, run through a `pgtasks.store.Store` on the app's connections.
+"""The index's named queries, run through a `pgtasks.db.Database` on the app's connections.
 
 The plugin's SQL lives in ``sql/queries.sql`` next to this module (the format of
-``pgtasks/sql/queries.sql``). It is run by a `Store` that is always handed one of
+``pgtasks/sql/queries.sql``). It is run by a `Database` that is always handed one of
 the app's pooled connections (or the caller's), so the plugin opens no pool of its
 own and its statements can join the caller's transaction.
 """
@@ -18,8 +18,8 @@ from typing import Any, Final
 
 from pgtasks.app import App
 from pgtasks.errors import ConfigurationError, DatabaseError
-from pgtasks.queries import parse_queries
-from pgtasks.store import AnyConnection, Row, Store
+from pgtasks.sql import parse_queries
+from pgtasks.db import AnyConnection, Row, Database
 
 from .records import Capabilities
 
@@ -48,8 +48,8 @@ class IndexStore:
 
     def __init__(self, app: App) -> None:
         self.app = app
-        # This Store never opens a pool: every call below hands it a connection.
-        self._runner = Store(app.store.dsn, queries=QUERIES)
+        # This Database never opens a pool: every call below hands it a connection.
+        self._runner = Database(app.store.dsn, queries=QUERIES)
         self._lock = threading.Lock()
         self._capabilities: Capabilities | None = None
         self._languages: set[str] = set()

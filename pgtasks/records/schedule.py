@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
-from pgtasks.records import Job
+from pgtasks.records.job import Job
 from pgtasks.states import TERMINAL, JobStatus
 
 __all__ = ["Run", "Schedule"]

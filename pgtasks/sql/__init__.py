@@ -1,6 +1,9 @@
-"""The named-query file, loaded once at import into a read-only mapping.
+"""pgtasks' SQL: the named-query file, its loader, and the numbered migrations.
 
-``pgtasks/sql/queries.sql`` holds every statement pgtasks runs. Each block starts
+``pgtasks/sql/queries.sql`` holds every statement pgtasks runs; it is loaded once at
+import into the read-only mapping `QUERIES`, which only the data layer
+(`pgtasks.db`) reads. ``pgtasks/sql/migrations/NNNN_name.sql`` are the schema
+migrations (`read_migrations`). Each block starts
 with a ``-- name: entity_verb`` line (the habit of procrastinate's ``queries.sql``
 and River's entity-first query names), followed by comment lines saying what the
 statement is for, then the statement. Plugins that own tables ship their own
@@ -10,6 +13,7 @@ query file in the same format and load it with `load_queries`.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -17,9 +21,47 @@ from typing import Final
 
 from pgtasks.errors import ConfigurationError
 
-__all__ = ["QUERIES", "load_queries", "parse_queries"]
+__all__ = ["QUERIES", "Migration", "load_queries", "parse_queries", "read_migrations"]
 
 _NAME_LINE: Final = re.compile(r"^-- name: ([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
+_MIGRATION_FILE: Final = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One migration file: its number, name and SQL text."""
+
+    version: int
+    name: str
+    sql: str
+
+
+def read_migrations(package: str, directory: str, *, owner: str = "pgtasks") -> list[Migration]:
+    """The ``NNNN_name.sql`` files in ``package``'s ``directory``, in version order.
+
+    Args:
+        package: importable package holding the folder (``"pgtasks.sql"`` for pgtasks'
+            own, a plugin's package for its tables).
+        directory: folder inside the package.
+        owner: who ships them, for error messages.
+
+    Raises:
+        ConfigurationError: the folder is missing or two files share a version.
+    """
+    try:
+        entries = list(resources.files(package).joinpath(directory).iterdir())
+    except (ImportError, FileNotFoundError, NotADirectoryError) as exc:
+        raise ConfigurationError(f"{owner}: no migrations folder {package}/{directory}: {exc}") from exc
+    found: dict[int, Migration] = {}
+    for entry in entries:
+        match = _MIGRATION_FILE.match(entry.name)
+        if not match:
+            continue
+        version = int(match.group(1))
+        if version in found:
+            raise ConfigurationError(f"{owner}: two migrations with version {version}")
+        found[version] = Migration(version, match.group(2), entry.read_text(encoding="utf-8"))
+    return [found[v] for v in sorted(found)]
 
 
 def parse_queries(text: str, *, source: str = "<sql>") -> MappingProxyType[str, str]:
@@ -58,6 +100,6 @@ def load_queries(path: Path | str) -> MappingProxyType[str, str]:
 
 
 QUERIES: Final = parse_queries(
-    resources.files("pgtasks").joinpath("sql/queries.sql").read_text(encoding="utf-8"),
+    resources.files("pgtasks.sql").joinpath("queries.sql").read_text(encoding="utf-8"),
     source="pgtasks/sql/queries.sql",
 )

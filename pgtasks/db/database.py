@@ -1,9 +1,11 @@
-"""The one place that runs SQL.
+"""`Database`: the pool, connections, transactions and COPY; the only owner of a cursor.
 
-Every statement comes from a named-query mapping (`pgtasks.queries.QUERIES` or a
-plugin's own file); nothing else in pgtasks opens a cursor. Rows come back as
-dicts, which callers turn into frozen records. jsonb values are decoded with
-orjson and pgtasks' tagged types (see `pgtasks.serialization`).
+Every statement comes from a named-query mapping (`pgtasks.sql.QUERIES` or a
+plugin's own file). The typed stores beside this module (`pgtasks.db.jobs`,
+`pgtasks.db.workers`, `pgtasks.db.schedules`, `pgtasks.db.migrations`) are the
+only callers of its run-by-name methods inside pgtasks: one method per named
+query, and they turn rows into records. jsonb values are decoded with orjson and
+pgtasks' tagged types (see `pgtasks.serialization`).
 
 Connections are autocommit: each statement is its own transaction unless the
 caller passes its own connection (``conn=``), in which case the statement joins
@@ -17,6 +19,7 @@ import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -28,17 +31,30 @@ from psycopg.rows import RowFactory, dict_row, tuple_row
 from psycopg_pool import ConnectionPool
 
 from pgtasks.errors import ConnectionFailed, DatabaseError
-from pgtasks.queries import QUERIES
 from pgtasks.serialization import loads_json
+from pgtasks.sql import QUERIES
 
-__all__ = ["Row", "Store", "bigint_array_literal", "describe_dsn", "text_array_literal", "translate_error"]
+__all__ = [
+    "AnyConnection",
+    "Database",
+    "Now",
+    "Row",
+    "bigint_array_literal",
+    "describe_dsn",
+    "text_array_literal",
+    "translate_error",
+]
 
-log = logging.getLogger("pgtasks.store")
+log = logging.getLogger("pgtasks.db")
 
 Row = dict[str, Any]
 T = TypeVar("T")
 Params = Mapping[str, Any] | None
 AnyConnection = psycopg.Connection[Any]
+# A time parameter of a store method: an instant to pin it (tests of leases, backoff
+# and cron), or None for the database clock, which the statements then read with
+# ``coalesce(%(now)s, now())``. Workers never use their own clock.
+Now = datetime | None
 
 
 Buffer = bytes | bytearray | memoryview
@@ -132,7 +148,7 @@ def configure_connection(conn: AnyConnection, session: str = "session_setup") ->
         conn.commit()
 
 
-class Store:
+class Database:
     """Runs named queries against PostgreSQL through a small connection pool.
 
     Args:
@@ -230,6 +246,13 @@ class Store:
                 self._pool = None
 
     # -- statements --------------------------------------------------------------
+
+    def now(self, *, conn: AnyConnection | None = None) -> datetime:
+        """The database clock (``now()``: the start of ``conn``'s transaction, if given)."""
+        row = self.fetch_one("clock_now", conn=conn)
+        assert row is not None
+        value: datetime = row["now"]
+        return value
 
     def query(self, name: str) -> str:
         """The text of a named query.

@@ -1,0 +1,436 @@
+"""`JobStore`: every statement on ``pgtasks.jobs``, one method per named query.
+
+Parameters are keyword-only and typed; ``now`` is `Now` everywhere (None: the
+database clock). Methods return records (`pgtasks.records.Job`), small frozen
+results, plain values, or tuples on the worker's hot path (claims). This module
+owns the translation of what PostgreSQL answers into pgtasks' errors: a unique
+key already held (`AlreadyQueued`), a job that is not this worker's
+(`NotOwner`), an id that names no job (`JobNotFound`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pgtasks.db.database import AnyConnection, Database, Now, Row, bigint_array_literal
+from pgtasks.errors import AlreadyQueued, JobNotFound, NotOwner
+from pgtasks.records import Job
+from pgtasks.serialization import dumps
+
+__all__ = ["CancelRequest", "JobStore", "NewJob", "ReapedJob", "StoredJobStatus"]
+
+# Retries of an insert whose unique key's holder finished between the INSERT and the look-up.
+_UNIQUE_ATTEMPTS = 3
+
+
+@dataclass(slots=True)
+class NewJob:
+    """One job to insert, its values validated and encoded by the enqueue path.
+
+    Not frozen: one is made per enqueue, and a frozen dataclass pays an
+    ``object.__setattr__`` per field on creation.
+
+    Attributes:
+        task_name, queue, tenant: where it goes and for whom.
+        args, kwargs, headers: JSON texts (`pgtasks.serialization.dumps`).
+        priority: higher runs first. max_attempts: attempts allowed in all.
+        retry_on_worker_lost: retry (True) or fail the job when its worker dies.
+        countdown: seconds until due, or eta: the instant it is due (at most one).
+        lock_key, unique_key: the job's keys, if any.
+        trigger, schedule_name, scheduled_for, parent_id, correlation_id: what made it.
+    """
+
+    task_name: str
+    queue: str
+    tenant: str
+    args: str
+    kwargs: str
+    headers: str
+    priority: int
+    max_attempts: int
+    retry_on_worker_lost: bool
+    countdown: float | None = None
+    eta: datetime | None = None
+    lock_key: str | None = None
+    unique_key: str | None = None
+    trigger: str = "api"
+    schedule_name: str | None = None
+    scheduled_for: datetime | None = None
+    parent_id: int | None = None
+    correlation_id: str | None = None
+
+    def _is_plain(self) -> bool:
+        """Whether the narrowest INSERT (no time, keys or links) can write it."""
+        return (
+            self.countdown is None
+            and self.eta is None
+            and self.lock_key is None
+            and self.trigger == "api"
+            and self.schedule_name is None
+            and self.scheduled_for is None
+            and self.parent_id is None
+            and self.correlation_id is None
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredJobStatus:
+    """What `AsyncResult` reads of a job: ``job_status``'s row."""
+
+    status: str
+    result: Any
+    error: Any
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequest:
+    """A held job someone asked to cancel (``terminate``: stop it even while it runs)."""
+
+    job_id: int
+    terminate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReapedJob:
+    """A job of a lost worker the reaper recovered, and the status it now has."""
+
+    job_id: int
+    task_name: str
+    status: str
+
+
+class JobStore:
+    """Typed access to the jobs table (see the module docstring).
+
+    Args:
+        database: the `Database` that runs the statements.
+    """
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    # -- enqueue -------------------------------------------------------------------
+
+    def insert(self, job: NewJob, *, conn: AnyConnection | None = None) -> int:
+        """Insert one job with the narrowest statement that can write it; returns its id.
+
+        ``job_insert`` for plain jobs, ``job_insert_full`` with times, keys or links,
+        ``job_insert_unique`` with a unique key.
+
+        Raises:
+            AlreadyQueued: another unfinished job holds ``job.unique_key``.
+            DatabaseError: PostgreSQL refused the row.
+        """
+        db = self.database
+        if job.unique_key is None:
+            if job._is_plain():
+                params: dict[str, Any] = {
+                    "task_name": job.task_name, "queue": job.queue, "tenant": job.tenant, "args": job.args,
+                    "kwargs": job.kwargs, "headers": job.headers, "priority": job.priority,
+                    "max_attempts": job.max_attempts, "retry_on_worker_lost": job.retry_on_worker_lost,
+                }  # fmt: skip
+                row = db.fetch_one("job_insert", params, conn=conn)
+            else:
+                row = db.fetch_one("job_insert_full", _full_params(job), conn=conn)
+            assert row is not None  # an INSERT without ON CONFLICT returns its row
+            return int(row["id"])
+        params = _full_params(job)
+        params["unique_key"] = job.unique_key
+        for _ in range(_UNIQUE_ATTEMPTS):
+            row = db.fetch_one("job_insert_unique", params, conn=conn)
+            if row is not None:
+                return int(row["id"])
+            holder = self.find_unique(unique_key=job.unique_key, conn=conn)
+            if holder is not None:
+                raise AlreadyQueued(job.unique_key, holder)
+            # The holder finished between the insert and the look-up: try again.
+        raise AlreadyQueued(job.unique_key, -1)
+
+    def find_unique(self, *, unique_key: str, conn: AnyConnection | None = None) -> int | None:
+        """The id of the unfinished job holding ``unique_key``, or None."""
+        row = self.database.fetch_one("job_find_unique", {"unique_key": unique_key}, conn=conn)
+        return None if row is None else int(row["id"])
+
+    def insert_many(
+        self,
+        *,
+        task_names: Sequence[str],
+        queues: Sequence[str],
+        tenants: Sequence[str],
+        args: Sequence[str],
+        kwargs: Sequence[str],
+        headers: Sequence[str],
+        priorities: Sequence[int],
+        max_attempts: Sequence[int],
+        retry_on_worker_lost: Sequence[bool],
+        countdowns: Sequence[float | None],
+        etas: Sequence[datetime | None],
+        lock_keys: Sequence[str | None],
+        unique_keys: Sequence[str | None],
+        conn: AnyConnection | None = None,
+    ) -> list[int]:
+        """Insert one job per position of the equally long arrays; returns the ids written.
+
+        Rows whose unique key is already held are skipped (no id for them).
+        """
+        params = {
+            "task_names": task_names, "queues": queues, "tenants": tenants, "args": args, "kwargs": kwargs,
+            "headers": headers, "priorities": priorities, "max_attempts": max_attempts,
+            "retry_on_worker_lost": retry_on_worker_lost, "countdowns": countdowns, "etas": etas,
+            "lock_keys": lock_keys, "unique_keys": unique_keys,
+        }  # fmt: skip
+        return [int(r["id"]) for r in self.database.fetch_all("job_insert_many", params, conn=conn)]
+
+    def ids_reserve(self, *, n: int, conn: AnyConnection | None = None) -> list[int]:
+        """Take ``n`` ids from the jobs' sequence (for `copy_in`)."""
+        rows = self.database.fetch_tuples("job_ids_reserve", {"n": n}, conn=conn)
+        ids: list[int] = rows[0][0]
+        return ids
+
+    def copy_in(self, *, rows: Iterable[Sequence[Any]], conn: AnyConnection | None = None) -> None:
+        """Stream plain jobs through COPY: per row (id, task_name, queue, tenant, args,
+        kwargs, headers, priority, max_attempts, lock_key, retry_on_worker_lost)."""
+        self.database.copy_in("job_copy_in", rows, conn=conn)
+
+    def notify_queues(self, *, queues: Sequence[str], conn: AnyConnection | None = None) -> None:
+        """Send one wake-up notification per queue (delivered when ``conn`` commits)."""
+        self.database.fetch_all("job_notify_queues", {"queues": list(queues)}, conn=conn)
+
+    # -- reading -------------------------------------------------------------------
+
+    def get(self, *, id: int, conn: AnyConnection | None = None) -> Job:
+        """The job with this id.
+
+        Raises:
+            JobNotFound: no job has this id.
+        """
+        row = self.database.fetch_one("job_get", {"id": id}, conn=conn)
+        if row is None:
+            raise JobNotFound(id)
+        return Job.from_row(row)
+
+    def status(self, *, id: int, conn: AnyConnection | None = None) -> StoredJobStatus | None:
+        """The job's status, result and error, or None if no job has this id."""
+        row = self.database.fetch_one("job_status", {"id": id}, conn=conn)
+        if row is None:
+            return None
+        return StoredJobStatus(status=str(row["status"]), result=row["result"], error=row["error"])
+
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        queue: str | None = None,
+        task_name: str | None = None,
+        tenant: str | None = None,
+        before_id: int | None = None,
+        limit: int = 50,
+    ) -> list[Job]:
+        """Jobs newest first, filtered (None: any); ``before_id`` pages on."""
+        params = {
+            "status": status, "queue": queue, "task_name": task_name, "tenant": tenant,
+            "before_id": before_id, "limit": limit,
+        }  # fmt: skip
+        return [Job.from_row(r) for r in self.database.fetch_all("job_list", params)]
+
+    def queue_stats(self) -> list[Row]:
+        """Job counts per queue and status: ``[{"queue", "status", "jobs", "oldest_run_at"}]``."""
+        return self.database.fetch_all("queue_stats")
+
+    # -- claiming (the worker's hot path: tuples, parameters sent as literals) -------
+
+    def claim_batch(
+        self,
+        *,
+        queues: str,
+        worker_id: str,
+        limit: int,
+        start_tenant: str = "",
+        max_tenants: int,
+        fair: bool,
+        now: Now = None,
+    ) -> list[tuple[Any, ...]]:
+        """Claim up to ``limit`` due jobs of ``queues`` (a ``text[]`` literal,
+        `text_array_literal`) for ``worker_id``: rows of `pgtasks.context.CLAIM_COLUMNS`
+        followed by ``tenant_share``.
+
+        Raises:
+            DatabaseError: SQLSTATE 23505 when another worker took a job with the
+                same lock key at the same moment (claim again).
+        """
+        params = {
+            "queues": queues, "start_tenant": start_tenant, "max_tenants": max_tenants, "limit": limit,
+            "now": now, "fair": fair, "worker_id": worker_id,
+        }  # fmt: skip
+        return self.database.fetch_tuples("job_claim_batch", params)
+
+    def claim_ids(
+        self, *, ids: Iterable[int], queues: str, worker_id: str, now: Now = None
+    ) -> list[tuple[Any, ...]]:
+        """Claim the named jobs that are due, in ``queues`` (a ``text[]`` literal):
+        rows of `pgtasks.context.CLAIM_COLUMNS`.
+
+        Raises:
+            DatabaseError: SQLSTATE 23505, as for `claim_batch`.
+        """
+        params = {"ids": bigint_array_literal(ids), "queues": queues, "now": now, "worker_id": worker_id}
+        return self.database.fetch_tuples("job_claim_ids", params)
+
+    def next_run_at(
+        self, *, queues: str, max_groups: int, now: Now = None
+    ) -> tuple[datetime | None, datetime]:
+        """(earliest run-at of a queued job in ``queues`` or None, the database's now)."""
+        row = self.database.fetch_one(
+            "job_next_run_at", {"queues": queues, "now": now, "max_groups": max_groups}
+        )
+        assert row is not None  # an aggregate: always one row
+        return row["run_at"], row["now"]
+
+    # -- outcomes (only the completer writes them) --------------------------------------
+
+    def succeed_batch(
+        self, *, worker_id: str, ids: Sequence[int], results_json: Sequence[str], now: Now = None
+    ) -> list[int]:
+        """Mark the jobs ``worker_id`` still runs succeeded with their results (JSON
+        texts, in the order of ``ids``); returns the ids it completed.
+
+        The ids go as one array literal and the results as one JSON array: psycopg
+        adapts a Python list element by element, a string in one step.
+        """
+        params = {
+            "ids": bigint_array_literal(ids),
+            "results": "[" + ",".join(results_json) + "]",
+            "worker_id": worker_id,
+            "now": now,
+        }
+        return [r[0] for r in self.database.fetch_tuples("job_succeed_batch", params)]
+
+    def finish(
+        self,
+        *,
+        id: int,
+        worker_id: str,
+        status: str,
+        error: Mapping[str, Any],
+        result_json: str | None = None,
+        now: Now = None,
+    ) -> bool:
+        """End a running job ``worker_id`` holds as ``failed``, ``cancelled`` or
+        ``partial_failure``; False if it no longer held it.
+
+        Raises:
+            SerializationError: the error record cannot be stored.
+        """
+        params = {
+            "id": id, "worker_id": worker_id, "status": status, "error": dumps(dict(error), "error"),
+            "result": result_json, "now": now,
+        }  # fmt: skip
+        return self.database.fetch_one("job_finish", params) is not None
+
+    def retry(
+        self,
+        *,
+        id: int,
+        worker_id: str,
+        delay: float,
+        max_attempts: int,
+        error: Mapping[str, Any],
+        now: Now = None,
+    ) -> bool:
+        """Put a running job ``worker_id`` holds back in the queue, due in ``delay``
+        seconds, recording the failed attempt; False if it no longer held it.
+
+        Raises:
+            SerializationError: the error record cannot be stored.
+        """
+        params = {
+            "id": id, "worker_id": worker_id, "delay": delay, "max_attempts": max_attempts,
+            "error": dumps(dict(error), "error"), "now": now,
+        }  # fmt: skip
+        return self.database.fetch_one("job_retry", params) is not None
+
+    def defer(self, *, id: int, worker_id: str, delay: float, now: Now = None) -> bool:
+        """Hand a claimed job back, due in ``delay`` seconds, without using an attempt."""
+        params = {"id": id, "worker_id": worker_id, "delay": delay, "now": now}
+        return self.database.fetch_one("job_defer", params) is not None
+
+    def release(self, *, ids: Sequence[int], worker_id: str) -> int:
+        """Hand back claimed jobs that never started (attempt not used); returns how many."""
+        return len(self.database.fetch_all("job_release", {"ids": list(ids), "worker_id": worker_id}))
+
+    def report_progress(
+        self, *, id: int, worker_id: str, progress: Mapping[str, Any], now: Now = None
+    ) -> bool:
+        """Store progress counters of a job ``worker_id`` holds (a heartbeat too);
+        returns whether its cancellation was requested.
+
+        Raises:
+            NotOwner: the worker does not hold the job (reaped, cancelled, finished).
+            SerializationError: a counter cannot be stored.
+        """
+        params = {"id": id, "worker_id": worker_id, "progress": dumps(dict(progress), "progress"), "now": now}
+        row = self.database.fetch_one("job_report_progress", params)
+        if row is None:
+            raise NotOwner(id, worker_id)
+        return bool(row["cancel_requested"])
+
+    # -- operator actions ----------------------------------------------------------------
+
+    def cancel(self, *, id: int, error: Mapping[str, Any], terminate: bool = False, now: Now = None) -> bool:
+        """Cancel a queued job at once (with ``error`` recorded) or request it of a
+        running one; False if the job is finished or does not exist."""
+        params = {"id": id, "now": now, "error": dumps(dict(error), "error"), "terminate": terminate}
+        return self.database.fetch_one("job_cancel", params) is not None
+
+    def requeue(self, *, id: int, now: Now = None) -> bool:
+        """Put a failed, cancelled or partially failed job back in the queue; False otherwise."""
+        return self.database.fetch_one("job_requeue", {"id": id, "now": now}) is not None
+
+    def cancel_requested(self, *, worker_id: str) -> list[CancelRequest]:
+        """Jobs ``worker_id`` holds whose cancellation was requested."""
+        rows = self.database.fetch_all("job_cancel_requested", {"worker_id": worker_id})
+        return [CancelRequest(int(r["id"]), bool(r["terminate"])) for r in rows]
+
+    def purge_finished(self, *, older_than: float, status: str | None, limit: int, now: Now = None) -> int:
+        """Delete up to ``limit`` finished jobs (of ``status``, or any) that ended more
+        than ``older_than`` seconds ago; returns how many."""
+        params = {"older_than": older_than, "status": status, "limit": limit, "now": now}
+        row = self.database.fetch_one("job_purge_finished", params)
+        return int(row["deleted"]) if row else 0
+
+    # -- maintenance ---------------------------------------------------------------------
+
+    def reap_lost(self, *, lease_timeout: float, limit: int, now: Now = None) -> list[ReapedJob]:
+        """Recover up to ``limit`` running jobs whose worker's lease expired: retried,
+        or failed ``WORKER_LOST`` (see the query's comment)."""
+        params = {"now": now, "lease_timeout": lease_timeout, "limit": limit}
+        rows = self.database.fetch_all("job_reap_lost", params)
+        return [ReapedJob(int(r["id"]), str(r["task_name"]), str(r["status"])) for r in rows]
+
+    # -- notifications -------------------------------------------------------------------
+
+    def listen_jobs(self, *, conn: AnyConnection) -> None:
+        """LISTEN for enqueue notifications on ``conn`` (a dedicated connection)."""
+        self.database.execute("listen_jobs", conn=conn)
+
+    def listen_cancel(self, *, conn: AnyConnection) -> None:
+        """LISTEN for cancellation requests on ``conn``."""
+        self.database.execute("listen_cancel", conn=conn)
+
+    def listen_done(self, *, conn: AnyConnection) -> None:
+        """LISTEN for finished jobs on ``conn``."""
+        self.database.execute("listen_done", conn=conn)
+
+
+def _full_params(job: NewJob) -> dict[str, Any]:
+    return {
+        "task_name": job.task_name, "queue": job.queue, "tenant": job.tenant, "args": job.args,
+        "kwargs": job.kwargs, "headers": job.headers, "priority": job.priority,
+        "max_attempts": job.max_attempts, "retry_on_worker_lost": job.retry_on_worker_lost,
+        "countdown": job.countdown, "eta": job.eta, "lock_key": job.lock_key, "trigger": job.trigger,
+        "schedule_name": job.schedule_name, "scheduled_for": job.scheduled_for, "parent_id": job.parent_id,
+        "correlation_id": job.correlation_id,
+    }  # fmt: skip

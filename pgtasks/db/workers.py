@@ -1,0 +1,107 @@
+"""`WorkerStore`: the registry of running workers (``pgtasks.workers``), one method per named query."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pgtasks.db.database import Database, Now
+
+__all__ = ["WorkerInfo", "WorkerStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A registered worker as ``worker_list`` shows it.
+
+    Attributes:
+        id: ``host:pid:suffix``. host, pid: where it runs.
+        queues: the queues it claims from. concurrency: jobs it runs at once.
+        pool: ``threads`` or ``processes``.
+        started_at, last_seen_at, lease_expires_at: its registration and lease.
+        stopping: it is draining. expired: its lease has run out (it is lost).
+        running: jobs it holds in ``running``.
+    """
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    pool: str
+    started_at: dt.datetime
+    last_seen_at: dt.datetime
+    lease_expires_at: dt.datetime
+    stopping: bool
+    expired: bool
+    running: int
+
+    @property
+    def state(self) -> str:
+        """``alive``, ``stopping`` or ``expired``."""
+        return "expired" if self.expired else ("stopping" if self.stopping else "alive")
+
+
+class WorkerStore:
+    """Typed access to the workers table.
+
+    Args:
+        database: the `Database` that runs the statements.
+    """
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    def register(
+        self,
+        *,
+        id: str,
+        host: str,
+        pid: int,
+        queues: Sequence[str],
+        concurrency: int,
+        pool: str,
+        lease_timeout: float,
+        now: Now = None,
+    ) -> None:
+        """Register (or register again) a worker with a lease of ``lease_timeout`` seconds."""
+        params = {
+            "id": id, "host": host, "pid": pid, "queues": list(queues), "concurrency": concurrency,
+            "pool": pool, "lease_timeout": lease_timeout, "now": now,
+        }  # fmt: skip
+        self.database.fetch_one("worker_register", params)
+
+    def heartbeat(self, *, id: str, stopping: bool, now: Now = None) -> bool:
+        """Extend the worker's lease; False if its row is gone (it was taken for lost)."""
+        row = self.database.fetch_one("worker_heartbeat", {"id": id, "now": now, "stopping": stopping})
+        return row is not None
+
+    def unregister(self, *, id: str) -> None:
+        """Remove the worker's row (at a clean shutdown)."""
+        self.database.execute("worker_unregister", {"id": id})
+
+    def list(self) -> list[WorkerInfo]:
+        """Every registered worker, by host and start time."""
+        return [
+            WorkerInfo(
+                id=str(r["id"]),
+                host=str(r["host"]),
+                pid=int(r["pid"]),
+                queues=tuple(r["queues"]),
+                concurrency=int(r["concurrency"]),
+                pool=str(r["pool"]),
+                started_at=r["started_at"],
+                last_seen_at=r["last_seen_at"],
+                lease_expires_at=r["lease_expires_at"],
+                stopping=bool(r["stopping"]),
+                expired=bool(r["expired"]),
+                running=int(r["running"]),
+            )
+            for r in self.database.fetch_all("worker_list")
+        ]
+
+    def prune_expired(self, *, older_than: float, now: Now = None) -> int:
+        """Delete rows of workers whose lease expired over ``older_than`` seconds ago and
+        that hold no running job; returns how many."""
+        return len(self.database.fetch_all("worker_prune_expired", {"now": now, "older_than": older_than}))
