@@ -19,7 +19,7 @@ from benchmarks.systems.base import Driver, Params, progress_count
 from benchmarks.systems.pgtasks_system import PgtasksDriver
 from benchmarks.systems.raw_system import RawDriver
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 JOBS = 250
 
 DONE_ROWS = {
