@@ -28,7 +28,9 @@ from typing import Any
 from benchmarks import pg
 from benchmarks.cli import DEFAULT_DSN
 from benchmarks.environments import compile_project
-from benchmarks.systems.base import Params, cpu_seconds, process_tree, progress_count
+from benchmarks.systems.base import Params
+from benchmarks.systems.procfs import cpu_seconds, process_tree
+from benchmarks.systems.records import progress_count
 
 SYSTEMS = ("pgtasks", "raw")  # the ones that run in the project's interpreter
 POLL_SECONDS = 0.005

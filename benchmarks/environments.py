@@ -8,7 +8,7 @@ project's dependencies, `project_requirements`; psycopg) and run this repository
 code from the source tree, which the drivers find on ``PYTHONPATH`` (the runner
 byte-compiles it once per run, `compile_project`): none of the systems shares the
 harness's environment, whose shared libraries the harness itself keeps mapped (see
-`benchmarks.systems.base.evict_shared_objects`). A system with no requirements
+`benchmarks.systems.memory.evict_shared_objects`). A system with no requirements
 would run in the harness's own interpreter.
 """
 

@@ -29,8 +29,9 @@ from benchmarks import pg
 from benchmarks.cpu import backend_pids, cpu_spent, cpu_times
 from benchmarks.environments import compile_project
 from benchmarks.probe import add_common_options, interleaved, positive_ints
-from benchmarks.systems.base import NOOP, Params
+from benchmarks.systems.base import Params
 from benchmarks.systems.pgtasks_system import PgtasksDriver
+from benchmarks.systems.records import NOOP
 
 DEPTHS = (10_000, 1_000_000)
 TENANTS = ("a", "b", "c")

@@ -27,8 +27,11 @@ from pathlib import Path
 from benchmarks import pg
 from benchmarks.environments import compile_project
 from benchmarks.probe import add_common_options, interleaved, positive_ints
-from benchmarks.systems.base import NOOP, Clock, Params, wait_processed
+from benchmarks.systems.base import Params
+from benchmarks.systems.clock import Clock
+from benchmarks.systems.drain import wait_processed
 from benchmarks.systems.pgtasks_system import PgtasksDriver
+from benchmarks.systems.records import NOOP
 
 TENANT_COUNTS = (1, 10, 150)
 JOBS = 30_000

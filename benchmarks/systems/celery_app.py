@@ -2,7 +2,7 @@
 
 Broker: Redis at ``BENCH_REDIS_URL``. No result backend: results are ignored
 (``task_ignore_result``), as is usual for fire-and-forget jobs; the benchmark learns
-of completions from :func:`~benchmarks.systems.base.run_task`'s files, like for every
+of completions from :func:`~benchmarks.systems.records.run_task`'s files, like for every
 other system. Everything else is Celery's default (acks early, prefetch multiplier 4).
 """
 
@@ -12,7 +12,8 @@ import os
 
 from celery import Celery
 
-from benchmarks.systems.base import REDIS_ENV, run_task
+from benchmarks.systems.base import REDIS_ENV
+from benchmarks.systems.records import run_task
 
 QUEUE = "bench"
 

@@ -22,7 +22,9 @@ import uuid
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from benchmarks.systems.base import NOOP, Driver, Job, Params, SystemSpec, main
+from benchmarks.systems.base import Driver, Params, SystemSpec
+from benchmarks.systems.entry import main
+from benchmarks.systems.records import NOOP, Job
 
 CONCURRENCY = int(os.environ.get("BENCH_CELERY_CONCURRENCY", "2"))
 PREFETCH = os.environ.get("BENCH_CELERY_PREFETCH", "4")

@@ -7,7 +7,7 @@ fails while parsing its default ``--log-level``.
 
 One asyncpg connection per worker process (PgQueuer's default driver), the figure's
 database from ``BENCH_DSN``, one async entrypoint whose body is the shared no-op
-:func:`~benchmarks.systems.base.run_task`.
+:func:`~benchmarks.systems.records.run_task`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import asyncpg
 import pgqueuer
 from pgqueuer import Job, PgQueuer
 
-from benchmarks.systems.base import DSN_ENV, run_task
+from benchmarks.systems.base import DSN_ENV
+from benchmarks.systems.records import run_task
 
 ENTRYPOINT = "bench"
 

@@ -17,7 +17,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.systems.base import Driver, Job, Params, SystemSpec, job_args, main
+from benchmarks.systems.base import Driver, Params, SystemSpec
+from benchmarks.systems.entry import main
+from benchmarks.systems.records import Job, job_args
 
 WORKER_PROCESSES = 2
 BATCH_SIZE = int(os.environ.get("BENCH_PGQUEUER_BATCH", "100"))

@@ -20,7 +20,9 @@ from collections.abc import Sequence
 import psycopg
 
 import pgtasks
-from benchmarks.systems.base import Driver, Job, Params, SystemSpec, job_args, main, run_task
+from benchmarks.systems.base import Driver, Params, SystemSpec
+from benchmarks.systems.entry import main
+from benchmarks.systems.records import Job, job_args, run_task
 
 WORKER_PROCESSES = 2
 CONCURRENCY = int(os.environ.get("BENCH_PGTASKS_CONCURRENCY", "2"))

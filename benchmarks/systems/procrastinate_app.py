@@ -2,7 +2,7 @@
 
 Reads the figure's database from ``BENCH_DSN``. The task is async, procrastinate's
 recommended kind for I/O-light work, and its body is the shared no-op
-:func:`~benchmarks.systems.base.run_task`.
+:func:`~benchmarks.systems.records.run_task`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import os
 
 import procrastinate
 
-from benchmarks.systems.base import DSN_ENV, run_task
+from benchmarks.systems.base import DSN_ENV
+from benchmarks.systems.records import run_task
 
 QUEUE = "bench"
 

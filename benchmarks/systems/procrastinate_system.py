@@ -14,7 +14,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from benchmarks.systems.base import Driver, Job, Params, SystemSpec, job_args, main
+from benchmarks.systems.base import Driver, Params, SystemSpec
+from benchmarks.systems.entry import main
+from benchmarks.systems.records import Job, job_args
 
 WORKER_PROCESSES = 2
 CONCURRENCY = int(os.environ.get("BENCH_PROCRASTINATE_CONCURRENCY", "10"))

@@ -20,16 +20,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.systems.base import (
-    Driver,
-    Job,
-    Params,
-    SystemSpec,
-    committed_count,
-    main,
-    record_committed,
-    run_task,
-)
+from benchmarks.systems.base import Driver, Params, SystemSpec
+from benchmarks.systems.entry import main
+from benchmarks.systems.records import Job, committed_count, record_committed, run_task
 
 WORKER_PROCESSES = 2
 CLAIM_BATCH = 100

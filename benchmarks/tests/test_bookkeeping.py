@@ -15,9 +15,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from benchmarks.systems.base import Driver, Params, progress_count
+from benchmarks.systems.base import Driver, Params
 from benchmarks.systems.pgtasks_system import PgtasksDriver
 from benchmarks.systems.raw_system import RawDriver
+from benchmarks.systems.records import progress_count
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JOBS = 250
