@@ -286,7 +286,7 @@ class PluginMigrations:
             normally the plugin's package name). Never change it once released.
         package: importable package holding the files (e.g. ``"pgtasks_index"``).
         directory: folder inside the package with the ``NNNN_name.sql`` files, in the
-            same format as pgtasks' own (``pgtasks/migrations``).
+            same format as pgtasks' own (``pgtasks/sql/migrations``).
     """
 
     plugin: str

@@ -104,7 +104,8 @@ def test_unknown_command_is_still_a_usage_error() -> None:
 
 def test_scheduler_names_stay_importable_from_the_package() -> None:
     from pgtasks import Run, Schedule, ScheduleSpec
-    from pgtasks.scheduler import records, spec
+    from pgtasks.records import schedule as records
+    from pgtasks.scheduler import spec
 
     assert (Run, Schedule, ScheduleSpec) == (records.Run, records.Schedule, spec.ScheduleSpec)
     assert pgtasks.Schedule is Schedule

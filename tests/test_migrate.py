@@ -331,6 +331,6 @@ def test_database_rejects_inconsistent_rows(app: pgtasks.App, conn: psycopg.Conn
 
 def test_store_wraps_database_errors(app: pgtasks.App) -> None:
     with pytest.raises(DatabaseError) as info:
-        app.store.fetch_all("job_get", {"id": "not a number"})
+        app.stores.jobs.get(id="not a number")  # type: ignore[arg-type]
     assert info.value.sqlstate == "22P02"
     assert info.value.transient is False

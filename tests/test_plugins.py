@@ -451,3 +451,45 @@ def test_ocr_plugin_says_how_to_install_tesseract_when_a_worker_starts_without_i
         assert "Tesseract" not in caplog.text  # only workers serving the ocr queue check
     finally:
         app.close()
+
+
+# Modules the built-in plugins may import from pgtasks (docs/plugins.md, "What a plugin may use").
+PLUGIN_FACING = frozenset(
+    {
+        "pgtasks",
+        "pgtasks.plugin_api",
+        "pgtasks.errors",
+        "pgtasks.states",
+        "pgtasks.context",
+        "pgtasks.serialization",
+    }
+)
+
+
+def _pgtasks_imports(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line, module)`` of every ``pgtasks`` module a file imports, at run time or for typing."""
+    import ast
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name == "pgtasks" or name.startswith("pgtasks."):
+                yield node.lineno, name
+
+
+def test_built_in_plugins_import_only_the_plugin_facing_api() -> None:
+    found: list[str] = []
+    files = sorted((REPO / "plugins").glob("*/**/*.py"))
+    for path in files:
+        found += [
+            f"{path.relative_to(REPO)}:{line}: {module}"
+            for line, module in _pgtasks_imports(path)
+            if module not in PLUGIN_FACING
+        ]
+    assert len(files) > 10, "the scan found the plugins"
+    assert found == [], "plugins reaching past pgtasks.plugin_api:\n" + "\n".join(found)

@@ -1,14 +1,17 @@
-"""The named-query files: every name used exists, every query is used, every statement PREPAREs.
+"""The named-query files: every name used exists, every query is used, every statement PREPAREs,
+and no module outside the data layer names a query.
 
-Scans the code of ``pgtasks/`` and of every plugin under ``plugins/`` (whatever has
-been added since), so it keeps holding as new services add statements.
+The data layer is ``pgtasks/db/`` for ``pgtasks/sql/queries.sql``, and for a plugin's
+own ``sql/*.sql`` file the plugin's data module (``store.py`` beside its ``sql/``
+folder). Every plugin under ``plugins/`` is found by its query files (whatever has
+been added since), so the checks keep holding as new services add statements.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -23,7 +26,13 @@ from pgtasks.sql import QUERIES, parse_queries
 REPO = Path(__file__).resolve().parents[1]
 CORE = REPO / "pgtasks"
 PLUGINS = REPO / "plugins"
-STORE_METHODS = frozenset({"fetch_one", "fetch_all", "fetch_tuples", "execute", "copy_in", "query"})
+EXAMPLES = REPO / "examples"
+DATA_LAYER = CORE / "db"
+#: The module of a plugin that alone names the queries of its ``sql/`` files.
+PLUGIN_DATA_MODULE = "store.py"
+# Methods of `pgtasks.db.Database` and `pgtasks.plugin_api.NamedQueries` taking a query name
+# first, and a data module's private wrappers of them (``_fetch``).
+STORE_METHOD = re.compile(r"_?(fetch\w*|execute|copy_in|query)")
 PREPARABLE = frozenset({"SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "VALUES"})
 UTILITY = frozenset({"COPY", "LISTEN", "UNLISTEN", "CREATE", "ALTER", "DROP", "DO", "SET", "RESET"})
 PLACEHOLDER = re.compile(r"%\((\w+)\)s")
@@ -32,23 +41,30 @@ NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 @dataclass(frozen=True)
 class QueryFile:
-    """One named-query file and the code package it belongs to."""
+    """One named-query file, the code package it belongs to, and its data modules."""
 
     path: Path
     package: Path
     queries: Mapping[str, str]
+    data_modules: tuple[Path, ...]
 
 
 def _query_files() -> list[QueryFile]:
-    files = [QueryFile(CORE / "sql" / "queries.sql", CORE, QUERIES)]
+    files = [QueryFile(CORE / "sql" / "queries.sql", CORE, QUERIES, tuple(_code_files(DATA_LAYER)))]
     for path in sorted(PLUGINS.glob("*/sql/*.sql")):
         text = path.read_text(encoding="utf-8")
-        files.append(QueryFile(path, path.parent.parent, parse_queries(text, source=str(path))))
+        package = path.parent.parent
+        queries = parse_queries(text, source=str(path))
+        files.append(QueryFile(path, package, queries, (package / PLUGIN_DATA_MODULE,)))
     return files
 
 
 def _code_files(root: Path) -> Iterator[Path]:
     yield from sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _where(path: Path, node: ast.expr) -> str:
+    return f"{path.relative_to(REPO)}:{node.lineno}"
 
 
 @dataclass(frozen=True)
@@ -58,31 +74,39 @@ class Use:
 
 
 def _store_calls(path: Path) -> Iterator[Use]:
-    """Names passed as a string literal to a store method, or used as ``QUERIES["..."]``."""
+    """Names passed as a string literal to a run-by-name method, as a ``session=`` query
+    (argument or default), or used as ``QUERIES["..."]``."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     for node in ast.walk(tree):
-        literal: ast.expr | None = None
+        literals: list[ast.expr] = []
         if isinstance(node, ast.Call):
             func = node.func
-            if isinstance(func, ast.Attribute) and func.attr in STORE_METHODS and node.args:
-                literal = node.args[0]
+            if isinstance(func, ast.Attribute) and STORE_METHOD.fullmatch(func.attr) and node.args:
+                literals.append(node.args[0])
+            literals += [k.value for k in node.keywords if k.arg == "session"]
         elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
-            literal = node.slice if node.value.id == "QUERIES" else None
-        if (
-            isinstance(literal, ast.Constant)
-            and isinstance(literal.value, str)
-            and NAME.fullmatch(literal.value)
-        ):
-            yield Use(literal.value, f"{path.relative_to(REPO)}:{literal.lineno}")
+            literals += [node.slice] if node.value.id == "QUERIES" else []
+        elif isinstance(node, ast.arguments):
+            named = [*node.posonlyargs, *node.args][-len(node.defaults) :] if node.defaults else []
+            pairs = [
+                *zip(named, node.defaults, strict=True),
+                *zip(node.kwonlyargs, node.kw_defaults, strict=True),
+            ]
+            literals += [default for arg, default in pairs if arg.arg == "session" and default is not None]
+        for literal in literals:
+            value = literal.value if isinstance(literal, ast.Constant) else None
+            if isinstance(value, str) and NAME.fullmatch(value):
+                yield Use(value, _where(path, literal))
 
 
-def _string_literals(root: Path) -> set[str]:
-    found: set[str] = set()
-    for path in _code_files(root):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                found.add(node.value)
-    return found
+def _string_constants(path: Path) -> Iterator[ast.Constant]:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node
+
+
+def _string_literals(paths: Iterable[Path]) -> set[str]:
+    return {str(node.value) for path in paths for node in _string_constants(path)}
 
 
 def _statement(text: str) -> str:
@@ -129,27 +153,49 @@ def test_every_name_the_code_uses_exists() -> None:
     missing: list[str] = []
     uses = 0
     for qfile in FILES:
-        known = set(qfile.queries) | set(QUERIES)  # a plugin may run core statements too
-        roots = [qfile.package]
-        for root in roots:
-            for path in _code_files(root):
-                for use in _store_calls(path):
-                    uses += 1
-                    if use.name not in known:
-                        missing.append(f"{use.where}: {use.name!r}")
+        known = set(qfile.queries)
+        for path in qfile.data_modules:
+            for use in _store_calls(path):
+                uses += 1
+                if use.name not in known:
+                    missing.append(f"{use.where}: {use.name!r}")
     assert uses > 20, "the scan found the store calls"
     assert missing == [], "names used in code but missing from their query file"
 
 
 def test_every_query_in_a_file_is_used_somewhere_in_code() -> None:
-    literals = _string_literals(CORE) | _string_literals(PLUGINS)
     unused = [
         f"{qfile.path.relative_to(REPO)}: {name}"
         for qfile in FILES
         for name in qfile.queries
-        if name not in literals
+        if name not in _string_literals(qfile.data_modules)
     ]
-    assert unused == [], "queries no code refers to:\n" + "\n".join(unused)
+    assert unused == [], "queries their data layer never refers to:\n" + "\n".join(unused)
+
+
+def test_no_module_outside_the_data_layer_names_a_query() -> None:
+    """docs/architecture.md: a query name appears as a string only in ``pgtasks/db/`` and,
+    for a plugin's own file, in that plugin's data module."""
+    names: dict[str, str] = {}
+    for qfile in FILES:
+        for name in qfile.queries:
+            names.setdefault(name, str(qfile.path.relative_to(REPO)))
+    data_modules = {path for qfile in FILES for path in qfile.data_modules}
+    scanned = 0
+    found: list[tuple[str, int, str]] = []
+    for root in (CORE, PLUGINS, EXAMPLES):
+        for path in _code_files(root):
+            if path in data_modules or DATA_LAYER in path.parents:
+                continue
+            scanned += 1
+            found += [
+                (str(path.relative_to(REPO)), node.lineno, f"{node.value!r} (a query of {names[node.value]})")
+                for node in _string_constants(path)
+                if node.value in names
+            ]
+    assert scanned > 50, "the scan found the modules"
+    listing = [f"{where}:{line}: {what}" for where, line, what in sorted(found)]
+    assert listing == [], "query names outside the data layer:\n" + "\n".join(listing)
 
 
 def test_every_statement_is_preparable_or_a_known_utility() -> None:

@@ -51,9 +51,9 @@ from rich.table import Table
 
 import pgtasks
 from pgtasks.cron import CronSchedule, load_zone
+from pgtasks.db import describe_dsn
 from pgtasks.errors import RunAlreadyActive, ScheduleNotFound
 from pgtasks.scheduler import Run, Scheduler, SchedulerConfig
-from pgtasks.db import describe_dsn
 from pgtasks.worker import Worker, WorkerConfig
 
 from .app import FAULT_MARKER, SCHEDULES, TIMEZONE, agent_queue, make_app
@@ -212,7 +212,7 @@ def run(
     agent = agent or socket.gethostname()
     workdir = workdir or Path(tempfile.mkdtemp(prefix="pgtasks-backup-"))
     app = application or make_app(workdir=workdir, agent=agent)
-    console.print(f"database: {describe_dsn(app.store.dsn)}; work folder: {workdir}; agent: {agent}")
+    console.print(f"database: {describe_dsn(app.database.dsn)}; work folder: {workdir}; agent: {agent}")
     app.migrate()
     _reset(app)
     newest = app.list_jobs(limit=1)
@@ -223,9 +223,7 @@ def run(
     (workdir / "archives" / "nightly").mkdir(parents=True, exist_ok=True)
     (workdir / "archives" / "nightly" / FAULT_MARKER).touch()
 
-    row = app.store.fetch_one("clock_now")
-    assert row is not None
-    last_0200 = last_fire_before("0 2 * * *", TIMEZONE, row["now"])
+    last_0200 = last_fire_before("0 2 * * *", TIMEZONE, app.database.now())
     app.schedules.sync(now=last_0200 - dt.timedelta(minutes=1))
     console.print(
         f"schedules written as of {_fmt_time(last_0200 - dt.timedelta(minutes=1))}: the missed 02:00 runs now"

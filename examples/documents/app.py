@@ -101,7 +101,7 @@ def prepare(application: pgtasks.App = app) -> str:
                 "(is PGTASKS_DISABLE_PLUGIN_AUTOLOAD set, or pgtasks not installed with pip install -e .?)"
             )
     application.migrate()
-    dsn = application.store.dsn
+    dsn = application.database.dsn
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(DDL)
     return dsn
@@ -109,7 +109,7 @@ def prepare(application: pgtasks.App = app) -> str:
 
 def reset_tenants(application: pgtasks.App, tenants: Iterable[str]) -> None:
     """Forget earlier runs' documents and index entries of these tenants."""
-    with psycopg.connect(application.store.dsn) as conn:
+    with psycopg.connect(application.database.dsn) as conn:
         for tenant in tenants:
             conn.execute("DELETE FROM example_docs.documents WHERE tenant = %s", (tenant,))
             pgtasks_index.remove_tenant(application, tenant, conn=conn)
@@ -122,7 +122,7 @@ def _ocr_kwargs(document_id: int, path: Path) -> dict[str, Any]:
 def upload(application: pgtasks.App, tenant: str, path: Path) -> Upload:
     """Store one document and enqueue its OCR job in one transaction."""
     ocr = application.get_task(OCR_TASK)
-    with psycopg.connect(application.store.dsn) as conn:  # commits both, or neither
+    with psycopg.connect(application.database.dsn) as conn:  # commits both, or neither
         row = conn.execute(
             "INSERT INTO example_docs.documents (tenant, name, path) VALUES (%s, %s, %s) RETURNING id",
             (tenant, path.name, str(path)),
@@ -136,7 +136,7 @@ def upload(application: pgtasks.App, tenant: str, path: Path) -> Upload:
 def upload_bulk(application: pgtasks.App, tenant: str, paths: Sequence[Path]) -> list[Upload]:
     """Store many documents and enqueue their OCR jobs in one transaction (one round trip for the jobs)."""
     ocr = application.get_task(OCR_TASK)
-    with psycopg.connect(application.store.dsn) as conn, conn.cursor() as cur:
+    with psycopg.connect(application.database.dsn) as conn, conn.cursor() as cur:
         cur.executemany(
             "INSERT INTO example_docs.documents (tenant, name, path) VALUES (%s, %s, %s) RETURNING id",
             [(tenant, p.name, str(p)) for p in paths],

@@ -33,8 +33,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import pgtasks
-from pgtasks.states import JobStatus
 from pgtasks.db import describe_dsn
+from pgtasks.states import JobStatus
 from pgtasks.worker import Worker, WorkerConfig
 from pgtasks_index import SearchHit
 
@@ -209,7 +209,7 @@ def run(
         console.print(f"ingesting {len(files)} file(s) from {folder}")
         dsn_source = app.settings.dsn_source
         prepare(app)
-        console.print(f"database: {dsn_source} ({describe_dsn(app.store.dsn)})")
+        console.print(f"database: {dsn_source} ({describe_dsn(app.database.dsn)})")
         reset_tenants(app, (BULK_TENANT, *SMALL_TENANTS))
 
         uploads = upload_bulk(app, BULK_TENANT, files)  # one transaction for the whole folder

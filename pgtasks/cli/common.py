@@ -1,14 +1,11 @@
-"""What every command shares: the app loader (`pgtasks.loader`), error display, rich tables."""
+"""What every command shares: the app loader, error display (`pgtasks.plugin_api.fail`), rich tables."""
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
-import click
-
-from pgtasks.errors import PgtasksError
 from pgtasks.loader import AppLoader, configure_logging, load_app
+from pgtasks.plugin_api import fail
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -28,12 +25,6 @@ __all__ = [
 #: (`pgtasks.cli.main`) rather than called inside another program (click's ``CliRunner``):
 #: only then may ``pgtasks worker`` replace the process image (`pgtasks.worker.launch`).
 PROCESS_ENTRY_KEY = "pgtasks.process_entry"
-
-
-def fail(exc: PgtasksError) -> None:
-    """Print a pgtasks error without a traceback and exit 1."""
-    click.echo(f"Error: {exc}", err=True)
-    sys.exit(1)
 
 
 def new_table(*columns: str, **options: Any) -> Table:

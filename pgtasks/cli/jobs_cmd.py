@@ -169,18 +169,17 @@ def queues_command(loader: AppLoader) -> None:
 @click.pass_obj
 def workers_command(loader: AppLoader) -> None:
     """Registered workers, their lease and running jobs."""
-    rows = loader.get().store.fetch_all("worker_list")
+    workers = loader.get().stores.workers.list()
     table = new_table("id", "queues", "pool", "concurrency", "running", "last seen", "state")
-    for r in rows:
-        state = "expired" if r["expired"] else ("stopping" if r["stopping"] else "alive")
+    for w in workers:
         table.add_row(
-            r["id"],
-            ",".join(r["queues"]),
-            r["pool"],
-            str(r["concurrency"]),
-            str(r["running"]),
-            f"{r['last_seen_at']:%Y-%m-%d %H:%M:%S}",
-            state,
+            w.id,
+            ",".join(w.queues),
+            w.pool,
+            str(w.concurrency),
+            str(w.running),
+            f"{w.last_seen_at:%Y-%m-%d %H:%M:%S}",
+            w.state,
         )
     new_console().print(table)
 

@@ -7,10 +7,9 @@ import re
 from collections import Counter
 from typing import Any, Final
 
-from pgtasks.app import App
 from pgtasks.context import TaskContext
 from pgtasks.errors import ConfigurationError, DatabaseError, Reject
-from pgtasks.db import AnyConnection
+from pgtasks.plugin_api import AnyConnection, Engine
 
 __all__ = ["DELETE_QUEUE", "DELETE_TASK", "delete_item", "delete_task"]
 
@@ -25,12 +24,12 @@ _KIND_RE: Final = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def delete_item(
-    app: App, *, tenant: str, kind: str, key: str, derived: bool = False, conn: AnyConnection | None = None
+    app: Engine, *, tenant: str, kind: str, key: str, derived: bool = False, conn: AnyConnection | None = None
 ) -> dict[str, int]:
     """Remove one item from every plugin that holds data about it, all or nothing.
 
     Args:
-        app: the app whose plugins are asked.
+        app: the app whose plugins are asked (a `pgtasks.App`, or a task's ``self.app``).
         tenant: the item's tenant.
         kind: ``"document"``, ``"mail"`` or another lower-case word.
         key: the item's key.
@@ -56,7 +55,7 @@ def delete_item(
         log.warning("no plugin implements pgtasks_delete_item: nothing holds %s %r to delete", kind, key)
         return {}
     totals: Counter[str] = Counter()
-    with app.store.transaction(conn) as tx:
+    with app.stores.database.transaction(conn) as tx:
         for answer in hook(app=app, tenant=tenant, kind=kind, key=key, derived=derived, conn=tx):
             if answer is None:
                 continue

@@ -1,8 +1,9 @@
 """The index's Python API: write, remove, read and search entries of one tenant.
 
 An entry is one document or mail, identified by ``(tenant, kind, key)``. Every
-function takes the `pgtasks.App` whose database holds the index; writes accept
-``conn=`` to join the caller's transaction.
+function takes the `pgtasks.App` whose database holds the index (typed as the
+`pgtasks.plugin_api.StoreProvider` it implements, so a task's ``self.app`` does);
+writes accept ``conn=`` to join the caller's transaction.
 
 Search runs in up to two steps. First PostgreSQL full-text search: the query is
 parsed with ``websearch_to_tsquery`` (words, ``"phrases"``, ``or``, ``-word``) in
@@ -18,16 +19,16 @@ fuzzy hits are not used to pad good results.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from pgtasks.app import App
 from pgtasks.errors import ConfigurationError
+from pgtasks.plugin_api import AnyConnection, StoreProvider
 from pgtasks.serialization import dumps
-from pgtasks.db import AnyConnection, Row
 
-from .records import Capabilities, IndexEntry, MatchKind, SearchHit, UpsertResult
+from .records import Capabilities, IndexEntry, SearchHit, UpsertResult
 from .store import index_store
 
 __all__ = [
@@ -56,7 +57,7 @@ _KIND_RE: Final = re.compile(r"^[a-z][a-z0-9_]*$")
 _WHITESPACE_RE: Final = re.compile(r"\s+")
 
 
-def configure(app: App, *, language: str) -> None:
+def configure(app: StoreProvider, *, language: str) -> None:
     """Set ``app``'s default text-search language (e.g. ``"german"``, ``"simple"``).
 
     Checked against the database on first use (`ConfigurationError` if unknown).
@@ -66,12 +67,12 @@ def configure(app: App, *, language: str) -> None:
     index_store(app).default_language = language
 
 
-def default_language(app: App) -> str:
+def default_language(app: StoreProvider) -> str:
     """The language used for ``app`` when a call names none."""
     return index_store(app).default_language or DEFAULT_LANGUAGE
 
 
-def capabilities(app: App) -> Capabilities:
+def capabilities(app: StoreProvider) -> Capabilities:
     """Whether the tables exist and pg_trgm (fuzzy/CJK fallback) is usable."""
     return index_store(app).capabilities()
 
@@ -87,7 +88,7 @@ def _check_identity(tenant: object, kind: object, key: object) -> tuple[str, str
 
 
 def upsert(
-    app: App,
+    app: StoreProvider,
     *,
     tenant: str,
     kind: str,
@@ -125,61 +126,43 @@ def upsert(
         raise ConfigurationError(f"metadata must be a dict, got {type(metadata).__name__}")
     store = index_store(app)
     lang = store.check_language(language or default_language(app))
-    row = store.fetch_one(
-        "entry_upsert",
-        {
-            "tenant": tenant,
-            "kind": kind,
-            "key": key,
-            "title": title.replace("\x00", ""),
-            "body": text.replace("\x00", ""),
-            "language": lang,
-            "metadata": dumps(dict(metadata or {}), "metadata"),
-        },
+    return store.upsert(
+        tenant=tenant,
+        kind=kind,
+        key=key,
+        title=title.replace("\x00", ""),
+        body=text.replace("\x00", ""),
+        language=lang,
+        metadata=dumps(dict(metadata or {}), "metadata"),
         conn=conn,
     )
-    assert row is not None
-    return UpsertResult(tenant, kind, key, bool(row["created"]), int(row["lexemes"]), lang)
 
 
-def remove(app: App, *, tenant: str, kind: str, key: str, conn: AnyConnection | None = None) -> bool:
+def remove(
+    app: StoreProvider, *, tenant: str, kind: str, key: str, conn: AnyConnection | None = None
+) -> bool:
     """Remove one entry; True if it existed. Removing what is not there is not an error.
 
     Raises:
         ConfigurationError: a bad argument or the tables do not exist.
     """
     tenant, kind, key = _check_identity(tenant, kind, key)
-    return bool(
-        index_store(app).fetch_all("entry_delete", {"tenant": tenant, "kind": kind, "key": key}, conn=conn)
-    )
+    return index_store(app).delete(tenant=tenant, kind=kind, key=key, conn=conn)
 
 
-def remove_tenant(app: App, tenant: str, *, conn: AnyConnection | None = None) -> int:
+def remove_tenant(app: StoreProvider, tenant: str, *, conn: AnyConnection | None = None) -> int:
     """Remove every entry of ``tenant``; returns how many."""
-    row = index_store(app).fetch_one("entry_delete_tenant", {"tenant": tenant}, conn=conn)
-    return int(row["deleted"]) if row else 0
+    return index_store(app).delete_tenant(tenant=tenant, conn=conn)
 
 
-def get_entry(app: App, *, tenant: str, kind: str, key: str) -> IndexEntry | None:
+def get_entry(app: StoreProvider, *, tenant: str, kind: str, key: str) -> IndexEntry | None:
     """The stored entry, or None."""
     tenant, kind, key = _check_identity(tenant, kind, key)
-    row = index_store(app).fetch_one("entry_get", {"tenant": tenant, "kind": kind, "key": key})
-    if row is None:
-        return None
-    return IndexEntry(
-        tenant=row["tenant"],
-        kind=row["kind"],
-        key=row["key"],
-        title=row["title"],
-        body=row["body"],
-        language=row["language"],
-        metadata=row["metadata"],
-        indexed_at=row["indexed_at"],
-    )
+    return index_store(app).get(tenant=tenant, kind=kind, key=key)
 
 
 def find_keys(
-    app: App, *, tenant: str, kind: str, metadata: Mapping[str, Any], limit: int = MAX_LIMIT
+    app: StoreProvider, *, tenant: str, kind: str, metadata: Mapping[str, Any], limit: int = MAX_LIMIT
 ) -> list[str]:
     """Keys of ``tenant``'s entries of ``kind`` whose metadata contains ``metadata`` (JSON ``@>``).
 
@@ -193,22 +176,18 @@ def find_keys(
     if not isinstance(metadata, Mapping):
         raise ConfigurationError(f"metadata must be a dict, got {type(metadata).__name__}")
     _check_identity(tenant, kind, "-")
-    rows = index_store(app).fetch_all(
-        "entry_find_keys",
-        {"tenant": tenant, "kind": kind, "metadata": dumps(dict(metadata), "metadata"), "limit": limit},
+    return index_store(app).find_keys(
+        tenant=tenant, kind=kind, metadata=dumps(dict(metadata), "metadata"), limit=limit
     )
-    return [r["key"] for r in rows]
 
 
-def count_entries(app: App, tenant: str) -> dict[str, int]:
+def count_entries(app: StoreProvider, tenant: str) -> dict[str, int]:
     """Entries of ``tenant`` per kind, e.g. ``{"document": 12, "mail": 3}``."""
-    return {
-        r["kind"]: int(r["entries"]) for r in index_store(app).fetch_all("entry_count", {"tenant": tenant})
-    }
+    return index_store(app).count(tenant=tenant)
 
 
 def search(
-    app: App,
+    app: StoreProvider,
     query: str,
     *,
     tenant: str,
@@ -256,56 +235,48 @@ def search(
         f'MaxFragments=2, MinWords=8, MaxWords=25, FragmentDelimiter=" … ", '
         f'StartSel="{start}", StopSel="{stop}"'
     )
-    rows = store.fetch_all(
-        "entry_search_fulltext",
-        {
-            "query": query,
-            "tenant": tenant,
-            "language": lang,
-            "kinds": kind_list,
-            "limit": limit,
-            "headline_options": headline_options,
-        },
+    found = store.search_fulltext(
+        query=query,
+        tenant=tenant,
+        language=lang,
+        kinds=kind_list,
+        limit=limit,
+        headline_options=headline_options,
     )
-    hits = [_hit(r, "fulltext", _WHITESPACE_RE.sub(" ", r["snippet"] or "").strip()) for r in rows]
+    hits = [dataclasses.replace(h, snippet=_WHITESPACE_RE.sub(" ", h.snippet).strip()) for h in found]
     if len(hits) >= limit:
         return hits
     needle = _WHITESPACE_RE.sub(" ", query.strip('"')).strip()
     if not needle:
         return hits
-    caps = store.capabilities()
-    rows = store.fetch_all(
-        "entry_search_trigram" if caps.trigram else "entry_search_substring",
-        {
-            "tenant": tenant,
-            "kinds": kind_list,
-            "needle": needle,
-            "pattern": "%" + _like_escape(needle) + "%",
-            "exclude_kinds": [h.kind for h in hits],
-            "exclude_keys": [h.key for h in hits],
-            "fuzzy": not hits,
-            "limit": limit - len(hits),
-        },
-    )
+    exclude = [(h.kind, h.key) for h in hits]
+    pattern = "%" + _like_escape(needle) + "%"
+    if store.capabilities().trigram:
+        more = store.search_trigram(
+            tenant=tenant,
+            kinds=kind_list,
+            needle=needle,
+            pattern=pattern,
+            exclude=exclude,
+            fuzzy=not hits,
+            limit=limit - len(hits),
+        )
+    else:
+        more = store.search_substring(
+            tenant=tenant,
+            kinds=kind_list,
+            needle=needle,
+            pattern=pattern,
+            exclude=exclude,
+            limit=limit - len(hits),
+        )
     marked = re.compile(re.escape(needle), re.IGNORECASE)
-    for r in rows:
-        snippet = _WHITESPACE_RE.sub(" ", r["snippet"] or "").strip()
-        hits.append(_hit(r, r["match"], marked.sub(lambda m: f"{start}{m.group(0)}{stop}", snippet)))
+    for h in more:
+        snippet = _WHITESPACE_RE.sub(" ", h.snippet).strip()
+        hits.append(
+            dataclasses.replace(h, snippet=marked.sub(lambda m: f"{start}{m.group(0)}{stop}", snippet))
+        )
     return hits
-
-
-def _hit(row: Row, match: MatchKind, snippet: str) -> SearchHit:
-    return SearchHit(
-        tenant=row["tenant"],
-        kind=row["kind"],
-        key=row["key"],
-        title=row["title"],
-        snippet=snippet,
-        rank=float(row["rank"]),
-        match=match,
-        metadata=row["metadata"],
-        indexed_at=row["indexed_at"],
-    )
 
 
 def _like_escape(text: str) -> str:

@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pgtasks.cli.common import AppLoader, fail
 from pgtasks.errors import PgtasksError
+from pgtasks.plugin_api import AppLoader, fail
 
 from .api import DEFAULT_LIMIT, search
 

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import click
 
-from pgtasks.app import App
-from pgtasks.hookspecs import hookimpl
-from pgtasks.plugins import PluginMigrations
-from pgtasks.db import AnyConnection
+from pgtasks.plugin_api import AnyConnection, Engine, PluginMigrations, TaskRegistry, hookimpl
 
 from . import api
 from .records import SearchHit
@@ -24,7 +21,7 @@ __all__: list[str] = []
 
 
 @hookimpl
-def pgtasks_register_tasks(app: App) -> None:
+def pgtasks_register_tasks(app: TaskRegistry) -> None:
     """Register ``pgtasks.index`` (bound; 5 retries with backoff for transient failures)."""
     app.register_task(
         index_task, name=INDEX_TASK, queue=INDEX_QUEUE, bind=True, max_retries=5, retry_backoff=True
@@ -38,14 +35,14 @@ def pgtasks_add_migrations() -> PluginMigrations:
 
 
 @hookimpl
-def pgtasks_search(app: App, query: str, tenant: str, limit: int, language: str | None) -> list[SearchHit]:
+def pgtasks_search(app: Engine, query: str, tenant: str, limit: int, language: str | None) -> list[SearchHit]:
     """Full-text search (see `pgtasks_index.search`)."""
     return api.search(app, query, tenant=tenant, limit=limit, language=language)
 
 
 @hookimpl
 def pgtasks_delete_item(  # noqa: PLR0917 - pluggy passes hook arguments by name
-    app: App, tenant: str, kind: str, key: str, derived: bool, conn: AnyConnection
+    app: Engine, tenant: str, kind: str, key: str, derived: bool, conn: AnyConnection
 ) -> dict[str, int]:
     """Remove the entry (whatever ``derived`` says: the index is never derived data to keep)."""
     return {"index_entries": int(api.remove(app, tenant=tenant, kind=kind, key=key, conn=conn))}

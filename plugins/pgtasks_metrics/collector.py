@@ -12,14 +12,15 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from pgtasks.app import App
+from pgtasks import App
+from pgtasks.plugin_api import list_workers
 from pgtasks.states import JobStatus
 
 __all__ = ["QueueCollector"]
 
 
 class QueueCollector(Collector):
-    """Yields, per scrape, from two queries (``queue_stats`` and ``worker_list``):
+    """Yields, per scrape, from the queue statistics and the worker list:
 
     * ``pgtasks_jobs{queue, status}``: jobs per queue and status (gauge);
     * ``pgtasks_queue_oldest_job_age_seconds{queue}``: age of the oldest due queued job;
@@ -59,10 +60,9 @@ class QueueCollector(Collector):
             "pgtasks_worker_running_jobs", "Jobs held by each worker.", labels=["worker"]
         )
         counts = {"alive": 0, "stopping": 0, "expired": 0}
-        for w in self.app.store.fetch_all("worker_list"):
-            state = "expired" if w["expired"] else ("stopping" if w["stopping"] else "alive")
-            counts[state] += 1
-            running.add_metric([w["id"]], float(w["running"]))
+        for w in list_workers(self.app):
+            counts[w.state] += 1
+            running.add_metric([w.id], float(w.running))
         for state, n in counts.items():
             workers.add_metric([state], float(n))
         yield workers

@@ -7,8 +7,7 @@ import threading
 import click
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
-from pgtasks.cli.common import AppLoader
-from pgtasks.hookspecs import hookimpl
+from pgtasks.plugin_api import AppLoader, hookimpl
 from pgtasks_metrics.collector import QueueCollector
 
 __all__ = ["metrics_command", "pgtasks_add_commands"]

@@ -18,9 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from pgtasks.app import App
 from pgtasks.context import TaskContext
-from pgtasks.hookspecs import hookimpl
+from pgtasks.plugin_api import TaskRegistry, hookimpl
 
 from .extract import extract_text
 from .tesseract import (
@@ -147,7 +146,7 @@ def check_tesseract(languages: str = DEFAULT_LANGUAGES) -> str | None:
 
 
 @hookimpl
-def pgtasks_register_tasks(app: App) -> None:
+def pgtasks_register_tasks(app: TaskRegistry) -> None:
     """Register ``pgtasks.ocr`` (3 retries with backoff for OCR crashes and I/O errors)."""
     app.register_task(
         ocr_task,

@@ -1,6 +1,6 @@
 -- Named queries of the pgtasks_index plugin (same format as pgtasks/sql/queries.sql:
 -- one "-- name:" block per statement, then a line saying what it is for).
--- Loaded with pgtasks.queries.load_queries and run through a pgtasks.store.Store.
+-- Loaded with pgtasks.plugin_api.package_queries and run only by pgtasks_index/store.py
 
 -- ======================================================================
 -- Capabilities
