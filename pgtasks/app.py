@@ -4,33 +4,23 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, overload
 
 import pluggy
-import psycopg
 
 from pgtasks import migrate as _migrate
-from pgtasks.db import AnyConnection, Database, Stores
-from pgtasks.errors import AlreadyQueued, ConfigurationError, JobNotFound, UnknownTask
-from pgtasks.hookspecs import hookimpl
-from pgtasks.plugins import call_isolated, make_plugin_manager
+from pgtasks.db import Database, Stores
+from pgtasks.enqueue import BatchCall, JobEnqueuer
+from pgtasks.errors import ConfigurationError, UnknownTask
+from pgtasks.execution import CoreExecution
+from pgtasks.plugins import make_plugin_manager
 from pgtasks.records import Job
 from pgtasks.result import AsyncResult
-from pgtasks.serialization import dumps
 from pgtasks.settings import Settings
-from pgtasks.task import (
-    Signature,
-    Task,
-    TaskOptions,
-    attempts_allowed,
-    check_countdown,
-    check_eta,
-    check_priority,
-    check_queue,
-    resolve_key,
-)
+from pgtasks.states import ErrorCode, FailureClass
+from pgtasks.task import Signature, Task, TaskOptions
 
 if TYPE_CHECKING:
     from pgtasks.scheduler import Schedules, ScheduleSpec
@@ -39,59 +29,13 @@ __all__ = ["App"]
 
 log = logging.getLogger("pgtasks")
 
-_COPY_THRESHOLD = 64  # batches at least this big go through COPY when they can
-
-
-# One call of a batch, encoded: (args JSON, kwargs JSON, headers JSON, lock key, unique key).
-_CallFields = tuple[str, str, str, str | None, str | None]
-# One call as the batch path takes it: (task, args, kwargs, enqueue options).
-BatchCall = tuple[Task, Sequence[Any], Mapping[str, Any], Mapping[str, Any]]
-
-# job_insert_many's array parameters that come from the validated options: (parameter, field).
-_BATCH_OPTION_ARRAYS = (
-    ("task_names", "task_name"), ("queues", "queue"), ("tenants", "tenant"), ("priorities", "priority"),
-    ("max_attempts", "max_attempts"), ("etas", "eta"), ("countdowns", "countdown"),
-    ("retry_on_worker_lost", "retry_on_worker_lost"),
-)  # fmt: skip
-
-_PLAIN_DEFAULTS = (
-    ("countdown", None), ("eta", None), ("lock_key", None), ("trigger", "api"), ("schedule_name", None),
-    ("scheduled_for", None), ("parent_id", None), ("correlation_id", None),
-)  # fmt: skip
-
-
-def _insert_query(params: Mapping[str, Any]) -> str:
-    """The narrowest INSERT that can write these job parameters."""
-    if params["unique_key"] is not None:
-        return "job_insert_unique"
-    if all(params.get(name, default) == default for name, default in _PLAIN_DEFAULTS):
-        return "job_insert"
-    return "job_insert_full"
-
-
-def _options_key(task: Task, options: Mapping[str, Any]) -> Hashable:
-    """What identifies a call's options for caching their validation in bulk."""
-    try:
-        return (id(task), frozenset(options.items()))
-    except TypeError:  # an unhashable option value (headers): fall back to identity
-        return (id(task), id(options))
-
-
-def _check_key(label: str, key: Any) -> str | None:
-    """A lock or unique key: None, or a non-empty string without NUL."""
-    if key is not None and (not isinstance(key, str) or not key or "\x00" in key):
-        raise ConfigurationError(f"{label} must be a non-empty string without NUL, got {key!r}")
-    return key
-
-
-class CoreExecution:
-    """pgtasks' own, innermost implementation of `pgtasks_execute_job`."""
-
-    @hookimpl(trylast=True)
-    def pgtasks_execute_job(self, context: Any) -> Any:
-        from pgtasks.execution import call_task
-
-        return call_task(context)
+# The error record of a job cancelled before it started.
+_CANCELLED_ERROR = {
+    "type": "Cancelled",
+    "code": ErrorCode.CANCELLED.value,
+    "class": FailureClass.PERMANENT.value,
+    "message": "cancelled before it started",
+}
 
 
 class App:
@@ -129,6 +73,7 @@ class App:
         autoload = self.settings.load_entry_points if load_entry_points is None else load_entry_points
         self.plugin_manager: pluggy.PluginManager = make_plugin_manager(load_entry_points=autoload)
         self.plugin_manager.register(CoreExecution(), name="pgtasks.core")
+        self.enqueuer = JobEnqueuer(self, self.plugin_manager)
         for plugin in plugins:
             self.plugin_manager.register(plugin)
         self.plugin_manager.hook.pgtasks_register_tasks.call_historic(kwargs={"app": self})
@@ -226,7 +171,7 @@ class App:
         options.setdefault("name", f"{fn.__module__}.{fn.__qualname__}")
         if "autoretry_for" in options:
             options["autoretry_for"] = tuple(options["autoretry_for"])
-        task = Task(self, fn, TaskOptions(**options))
+        task = Task(self, fn, TaskOptions(**options), enqueuer=self.enqueuer)
         existing = self.tasks.get(task.name)
         if existing is not None:
             raise ConfigurationError(
@@ -284,147 +229,14 @@ class App:
 
     # -- enqueue -------------------------------------------------------------------
 
-    def _option_params(self, task: Task, options: Mapping[str, Any]) -> dict[str, Any]:
-        """Validate the enqueue options that do not depend on the call's arguments.
-
-        Bulk enqueue computes this once per distinct (task, options) pair.
-        """
-        opts = task.options
-        queue = options.get("queue")
-        if queue is None:
-            queue = opts.queue
-        check_queue(queue)
-        priority = options.get("priority", opts.priority)
-        check_priority(priority)
-        tenant = options.get("tenant", opts.tenant)
-        if not isinstance(tenant, str) or "\x00" in tenant:
-            raise ConfigurationError(f"tenant must be a string without NUL, got {tenant!r}")
-        countdown = options.get("countdown")
-        eta = options.get("eta")
-        if countdown is not None and eta is not None:
-            raise ConfigurationError("give countdown or eta, not both")
-        countdown = None if countdown is None else check_countdown(countdown)
-        eta = None if eta is None else check_eta(eta)
-        max_attempts = attempts_allowed(options.get("max_retries", opts.max_retries))
-        headers = options.get("headers") or {}
-        if not isinstance(headers, Mapping):
-            raise ConfigurationError(f"headers must be a dict, got {type(headers).__name__}")
-        for label in ("lock", "unique_key"):
-            if label in options:
-                _check_key(label, options[label])
-        return {
-            "task_name": task.name,
-            "queue": queue,
-            "tenant": tenant,
-            "headers": dumps(dict(headers), "headers") if headers else "{}",
-            "priority": priority,
-            "max_attempts": max_attempts,
-            "countdown": countdown,
-            "eta": eta,
-            "lock_key": options.get("lock"),
-            "unique_key": options.get("unique_key"),
-            "retry_on_worker_lost": opts.retry_on_worker_lost,
-            "_headers": headers,
-        }
-
-    def _call_fields(
-        self,
-        task: Task,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        options: Mapping[str, Any],
-        base: Mapping[str, Any],
-        *,
-        hooked: bool,
-    ) -> _CallFields:
-        """What one call adds to its validated options ``base``: the encoded arguments,
-        the headers (a ``pgtasks_before_enqueue`` plugin may add to them) and the lock
-        and unique keys (a task's key template is resolved against the arguments).
-
-        ``base`` is `_option_params` of (task, options); ``hooked`` says whether a plugin
-        implements ``pgtasks_before_enqueue`` (`_before_enqueue_hooked`; a batch asks once).
-
-        Raises:
-            ConfigurationError: a resolved key is not a non-empty string without NUL.
-            SerializationError: an argument or header cannot round-trip exactly.
-        """
-        opts = task.options
-        lock_key, unique_key, headers = base["lock_key"], base["unique_key"], base["headers"]
-        if opts.lock is not None and "lock" not in options:
-            lock_key = _check_key("lock", resolve_key(opts.lock, args, kwargs))
-        if opts.unique_key is not None and "unique_key" not in options:
-            unique_key = _check_key("unique_key", resolve_key(opts.unique_key, args, kwargs))
-        if hooked:
-            extra = dict(base["_headers"])
-            resolved = {
-                "queue": base["queue"],
-                "priority": base["priority"],
-                "tenant": base["tenant"],
-                "lock": lock_key,
-                "unique_key": unique_key,
-                "countdown": base["countdown"],
-                "eta": base["eta"],
-            }
-            self.plugin_manager.hook.pgtasks_before_enqueue(
-                task_name=task.name, options=resolved, headers=extra
-            )
-            headers = dumps(extra, "headers")
-        encoded_args = dumps(list(args), "args")
-        return encoded_args, dumps(kwargs, "kwargs") if kwargs else "{}", headers, lock_key, unique_key
-
-    def _before_enqueue_hooked(self) -> bool:
-        """Whether a plugin implements ``pgtasks_before_enqueue``."""
-        return bool(self.plugin_manager.hook.pgtasks_before_enqueue.get_hookimpls())
-
-    @staticmethod
-    def _check_connection(conn: object) -> AnyConnection | None:
-        if conn is None:
-            return None
-        if not isinstance(conn, psycopg.Connection):
-            raise ConfigurationError(
-                f"connection must be a psycopg (sync) Connection, got {type(conn).__name__}"
-            )
-        return conn
-
     def enqueue(
         self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]
     ) -> AsyncResult:
-        """Write one job (what `Task.apply_async` calls); see there for arguments and errors."""
-        conn = self._check_connection(options.get("connection"))
-        base = self._option_params(task, options)
-        params = dict(base)
-        del params["_headers"]  # raw headers: _call_fields encodes them
-        params["args"], params["kwargs"], params["headers"], params["lock_key"], params["unique_key"] = (
-            self._call_fields(task, args, kwargs, options, base, hooked=self._before_enqueue_hooked())
-        )
-        params.update(
-            trigger=options.get("_trigger", "api"),
-            schedule_name=options.get("_schedule_name"),
-            scheduled_for=options.get("_scheduled_for"),
-            parent_id=options.get("_parent_id"),
-            correlation_id=options.get("_correlation_id"),
-        )
-        return AsyncResult(self._insert(params, conn), self)
+        """Write one job; what `Task.apply_async` does (see there for the options and errors).
 
-    def _insert(self, params: dict[str, Any], conn: AnyConnection | None) -> int:
-        for _ in range(3):
-            query = _insert_query(params)
-            row = self.store.fetch_one(query, params, conn=conn)
-            if row is not None:
-                job_id = int(row["id"])
-                call_isolated(
-                    self.plugin_manager,
-                    "pgtasks_after_enqueue",
-                    task_name=params["task_name"],
-                    job_ids=[job_id],
-                    in_transaction=conn is not None,
-                )
-                return job_id
-            holder = self.store.fetch_one("job_find_unique", {"unique_key": params["unique_key"]}, conn=conn)
-            if holder is not None:
-                raise AlreadyQueued(params["unique_key"], int(holder["id"]))
-            # The holder finished between our insert and the lookup: try again.
-        raise AlreadyQueued(params["unique_key"], -1)
+        Delegates to the app's `pgtasks.enqueue.JobEnqueuer` (``app.enqueuer``).
+        """
+        return self.enqueuer.enqueue(task, args, kwargs, options)
 
     def bulk_apply(self, signatures: Iterable[Signature], *, connection: Any = None) -> list[AsyncResult]:
         """Enqueue many calls in one round trip (COPY for plain batches, one INSERT otherwise).
@@ -440,11 +252,10 @@ class App:
         Raises:
             ConfigurationError, SerializationError: nothing is written.
         """
-        calls = ((sig.task, sig.args, sig.kwargs, sig.options) for sig in signatures)
-        return self.enqueue_batch(calls, connection=connection)
+        return self.enqueuer.bulk_apply(signatures, connection=connection)
 
     def enqueue_batch(self, calls: Iterable[BatchCall], *, connection: Any = None) -> list[AsyncResult]:
-        """Write many jobs in one transaction (what `bulk_apply` and `Task.delay_many` call).
+        """Write many jobs in one transaction (what `bulk_apply` and `Task.delay_many` do).
 
         Args:
             calls: ``(task, args, kwargs, options)`` per job; options as `Task.apply_async`
@@ -460,63 +271,7 @@ class App:
             ConfigurationError, SerializationError: nothing is written.
             DatabaseError: PostgreSQL refused the write (nothing is written).
         """
-        conn = self._check_connection(connection)
-        # Validated options per (task, options): keyed by content, or by identity when an
-        # option is unhashable; each entry keeps its options object alive, so an id in a
-        # key cannot be reused by another call's options during the loop.
-        bases: dict[Hashable, tuple[Mapping[str, Any], dict[str, Any]]] = {}
-        hooked = self._before_enqueue_hooked()
-        rows: list[_CallFields] = []
-        row_bases: list[dict[str, Any]] = []  # each row's validated options (shared dicts)
-        last: tuple[Any, Any, dict[str, Any]] | None = None  # (task, options, base) of the previous call
-        for task, call_args, call_kwargs, options in calls:
-            if last is not None and task is last[0] and options is last[1]:
-                base = last[2]  # delay_many: every call shares one options mapping
-            else:
-                key = _options_key(task, options)
-                if key not in bases:
-                    bases[key] = (options, self._option_params(task, options))
-                base = bases[key][1]
-                last = (task, options, base)
-            args = call_args if type(call_args) is tuple else tuple(call_args)
-            kwargs = call_kwargs if type(call_kwargs) is dict else dict(call_kwargs)
-            rows.append(self._call_fields(task, args, kwargs, options, base, hooked=hooked))
-            row_bases.append(base)
-        if not rows:
-            return []
-        used = [base for _, base in bases.values()]
-        plain = all(b["countdown"] is None and b["eta"] is None for b in used) and all(
-            call[4] is None for call in rows
-        )
-        queues = sorted({b["queue"] for b in used})
-        with self.store.transaction(conn) as tx:
-            if plain and len(rows) >= _COPY_THRESHOLD:
-                reserved = self.store.fetch_tuples("job_ids_reserve", {"n": len(rows)}, conn=tx)
-                ids: list[int] = reserved[0][0]
-                self.store.copy_in(
-                    "job_copy_in",
-                    (
-                        (job_id, b["task_name"], b["queue"], b["tenant"], a, k, h,
-                         b["priority"], b["max_attempts"], lock, b["retry_on_worker_lost"])
-                        for job_id, b, (a, k, h, lock, _) in zip(ids, row_bases, rows, strict=True)
-                    ),
-                    conn=tx,
-                )  # fmt: skip
-            else:
-                params = {param: [b[field] for b in row_bases] for param, field in _BATCH_OPTION_ARRAYS}
-                for index, param in enumerate(("args", "kwargs", "headers", "lock_keys", "unique_keys")):
-                    params[param] = [call[index] for call in rows]
-                ids = [int(r["id"]) for r in self.store.fetch_all("job_insert_many", params, conn=tx)]
-            self.store.fetch_all("job_notify_queues", {"queues": queues}, conn=tx)
-        names = {b["task_name"] for b in used}
-        call_isolated(
-            self.plugin_manager,
-            "pgtasks_after_enqueue",
-            task_name=names.pop() if len(names) == 1 else "*",
-            job_ids=ids,
-            in_transaction=conn is not None,
-        )
-        return [AsyncResult(i, self) for i in ids]
+        return self.enqueuer.enqueue_batch(calls, connection=connection)
 
     # -- search (delegated to a plugin) ---------------------------------------------
 
@@ -562,10 +317,7 @@ class App:
         Raises:
             JobNotFound: no job has this id.
         """
-        row = self.store.fetch_one("job_get", {"id": job_id})
-        if row is None:
-            raise JobNotFound(job_id)
-        return Job.from_row(row)
+        return self.stores.jobs.get(id=job_id)
 
     def cancel(self, job_id: int, *, terminate: bool = False) -> bool:
         """Cancel a job: queued ones at once, running ones by request.
@@ -576,20 +328,10 @@ class App:
         Raises:
             JobNotFound: no job has this id.
         """
-        error = dumps(
-            {
-                "type": "Cancelled",
-                "code": "CANCELLED",
-                "class": "permanent",
-                "message": "cancelled before it started",
-            }
-        )
-        row = self.store.fetch_one(
-            "job_cancel", {"id": job_id, "now": None, "error": error, "terminate": terminate}
-        )
-        if row is not None:
+        jobs = self.stores.jobs
+        if jobs.cancel(id=job_id, error=_CANCELLED_ERROR, terminate=terminate):
             return True
-        self.get_job(job_id)  # raises JobNotFound
+        jobs.get(id=job_id)  # raises JobNotFound
         return False
 
     def requeue(self, job_id: int) -> bool:
@@ -601,9 +343,10 @@ class App:
         Raises:
             JobNotFound: no job has this id.
         """
-        if self.store.fetch_one("job_requeue", {"id": job_id, "now": None}) is not None:
+        jobs = self.stores.jobs
+        if jobs.requeue(id=job_id):
             return True
-        self.get_job(job_id)
+        jobs.get(id=job_id)  # raises JobNotFound
         return False
 
     def list_jobs(
@@ -617,38 +360,26 @@ class App:
         limit: int = 50,
     ) -> list[Job]:
         """Jobs newest first, filtered; page with ``before_id`` = last id of the previous page."""
-        rows = self.store.fetch_all(
-            "job_list",
-            {
-                "status": status,
-                "queue": queue,
-                "task_name": task_name,
-                "tenant": tenant,
-                "before_id": before_id,
-                "limit": limit,
-            },
+        return self.stores.jobs.list(
+            status=status, queue=queue, task_name=task_name, tenant=tenant, before_id=before_id, limit=limit
         )
-        return [Job.from_row(r) for r in rows]
 
     def queue_stats(self) -> list[dict[str, Any]]:
         """Job counts per queue and status: ``[{"queue", "status", "jobs", "oldest_run_at"}]``."""
-        return self.store.fetch_all("queue_stats")
+        return self.stores.jobs.queue_stats()
 
     def purge(
         self, *, older_than: float = 7 * 86400.0, status: str | None = None, batch: int = 10_000
     ) -> int:
-        """Delete finished jobs that ended more than ``older_than`` seconds ago.
+        """Delete finished jobs that ended more than ``older_than`` seconds ago, ``batch`` at a time.
 
         Returns:
             How many jobs were deleted.
         """
+        jobs = self.stores.jobs
         total = 0
         while True:
-            row = self.store.fetch_one(
-                "job_purge_finished",
-                {"older_than": older_than, "status": status, "limit": batch, "now": None},
-            )
-            deleted = int(row["deleted"]) if row else 0
+            deleted = jobs.purge_finished(older_than=older_than, status=status, limit=batch)
             total += deleted
             if deleted < batch:
                 return total

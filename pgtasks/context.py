@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from pgtasks.errors import PartialFailure, Retry
 
 if TYPE_CHECKING:
-    from pgtasks.app import App
+    from pgtasks.ports import Engine
     from pgtasks.task import Task
 
 __all__ = ["CLAIM_COLUMNS", "JobRuntime", "Request", "TaskContext", "request_from_claim"]
@@ -139,8 +139,8 @@ class TaskContext:
         return cls(task, Request(id=None, task_name=task.name, args=args, kwargs=kwargs))
 
     @property
-    def app(self) -> App:
-        """The owning app."""
+    def app(self) -> Engine:
+        """The owning app (a `pgtasks.App`, typed as `pgtasks.ports.Engine`)."""
         return self.task.app
 
     @property

@@ -1,4 +1,8 @@
-"""Calling a task's function for a job: positional binding, ``bind=True``, and ``async def``."""
+"""Calling a task's function for a job: positional binding, ``bind=True``, and ``async def``.
+
+`CoreExecution` is pgtasks' own, innermost ``pgtasks_execute_job`` implementation,
+which every app registers; it calls `call_task`.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,9 @@ import inspect
 from typing import Any
 
 from pgtasks.context import TaskContext
+from pgtasks.hookspecs import hookimpl
 
-__all__ = ["call_task"]
+__all__ = ["CoreExecution", "call_task"]
 
 
 def call_task(context: TaskContext) -> Any:
@@ -29,3 +34,12 @@ def call_task(context: TaskContext) -> Any:
 
 async def _await(awaitable: Any) -> Any:
     return await awaitable
+
+
+class CoreExecution:
+    """pgtasks' own, innermost implementation of `pgtasks_execute_job` (registered as ``pgtasks.core``)."""
+
+    @hookimpl(trylast=True)
+    def pgtasks_execute_job(self, context: TaskContext) -> Any:
+        """Run the job's task: `call_task` of ``context``."""
+        return call_task(context)

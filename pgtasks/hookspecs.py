@@ -36,9 +36,9 @@ if TYPE_CHECKING:
     import click
     import psycopg
 
-    from pgtasks.app import App
     from pgtasks.context import TaskContext
     from pgtasks.plugins import PluginMigrations
+    from pgtasks.ports import Engine, TaskRegistry
 
 __all__ = ["ISOLATED_HOOKS", "hookimpl", "hookspec"]
 
@@ -67,14 +67,15 @@ ISOLATED_HOOKS = frozenset(
 
 
 @hookspec(historic=True)
-def pgtasks_register_tasks(app: App) -> None:
-    """Register the plugin's tasks on ``app`` (e.g. with ``app.task(...)``).
+def pgtasks_register_tasks(app: TaskRegistry) -> None:
+    """Register the plugin's tasks on ``app`` (``app.register_task(fn, **options)``).
 
     Called once per app, when the plugin is registered or, for plugins
     registered earlier, when the app is created.
 
     Args:
-        app: the `pgtasks.App` the plugin is being added to.
+        app: the application the plugin is being added to (a `pgtasks.App`;
+            a `pgtasks.ports.TaskRegistry`: ``register_task``, ``get_task``, ``tasks``).
     """
 
 
@@ -243,14 +244,17 @@ def pgtasks_worker_stopping(worker_id: str, reason: str) -> None:
 
 
 @hookspec(firstresult=True)
-def pgtasks_search(app: App, query: str, tenant: str, limit: int, language: str | None) -> list[Any] | None:
+def pgtasks_search(
+    app: Engine, query: str, tenant: str, limit: int, language: str | None
+) -> list[Any] | None:
     """Answer `pgtasks.App.search`; the first implementation returning a list wins.
 
     The built-in ``pgtasks_index`` plugin implements it with PostgreSQL full-text
     search. Not isolated: errors reach the caller.
 
     Args:
-        app: the app searched in.
+        app: the app searched in (a `pgtasks.App`; a `pgtasks.ports.Engine`, whose
+            ``stores.database`` runs the plugin's statements).
         query: the user's query, in web-search syntax (words, ``"phrases"``,
             ``or``, ``-word``).
         tenant: the tenant whose entries are searched (only those).
@@ -265,7 +269,7 @@ def pgtasks_search(app: App, query: str, tenant: str, limit: int, language: str 
 
 @hookspec
 def pgtasks_delete_item(  # noqa: PLR0917 - pluggy passes hook arguments by name
-    app: App, tenant: str, kind: str, key: str, derived: bool, conn: psycopg.Connection[Any]
+    app: Engine, tenant: str, kind: str, key: str, derived: bool, conn: psycopg.Connection[Any]
 ) -> dict[str, int] | None:
     """Remove everything a plugin holds about one document or mail.
 
@@ -276,7 +280,7 @@ def pgtasks_delete_item(  # noqa: PLR0917 - pluggy passes hook arguments by name
     then retried by its policy) and rolls back every implementation's part.
 
     Args:
-        app: the app.
+        app: the app (a `pgtasks.App`; a `pgtasks.ports.Engine`).
         tenant: the item's tenant.
         kind: ``"document"`` or ``"mail"`` (or an application's own kind).
         key: the item's key within its tenant and kind.

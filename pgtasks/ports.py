@@ -8,18 +8,19 @@ all of them; so can a test double or an embedding host, without importing
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import pluggy
 
     from pgtasks.db import Stores
+    from pgtasks.records import Job
     from pgtasks.result import AsyncResult
     from pgtasks.settings import Settings
-    from pgtasks.task import Task
+    from pgtasks.task import Signature, Task
 
-__all__ = ["Engine", "Enqueuer", "Hooks", "StoreProvider", "TaskRegistry"]
+__all__ = ["Engine", "Enqueuer", "Hooks", "JobOperations", "ResultSource", "StoreProvider", "TaskRegistry"]
 
 
 class TaskRegistry(Protocol):
@@ -34,6 +35,14 @@ class TaskRegistry(Protocol):
 
         Raises:
             UnknownTask: none is.
+        """
+
+    def register_task(self, fn: Callable[..., Any], **options: Any) -> Task:
+        """Register ``fn`` as a task with `pgtasks.task.TaskOptions` fields as ``options``.
+
+        Raises:
+            ConfigurationError: an unknown option, a bad value, or a name already
+                registered to another function.
         """
 
 
@@ -68,8 +77,38 @@ class Enqueuer(Protocol):
     def enqueue_batch(self, calls: Iterable[Any], *, connection: Any = None) -> list[AsyncResult]:
         """Write many jobs in one transaction; see `pgtasks.App.enqueue_batch`."""
 
+    def bulk_apply(self, signatures: Iterable[Signature], *, connection: Any = None) -> list[AsyncResult]:
+        """Write the calls of ``task.s(...)`` signatures in one round trip; see `pgtasks.App.bulk_apply`."""
 
-class Engine(TaskRegistry, Hooks, StoreProvider, Enqueuer, Protocol):
+
+class JobOperations(Protocol):
+    """An operator's actions on one job: what `AsyncResult.job` and `AsyncResult.revoke` call."""
+
+    def get_job(self, job_id: int) -> Job:
+        """The job record.
+
+        Raises:
+            JobNotFound: no job has this id.
+        """
+
+    def cancel(self, job_id: int, *, terminate: bool = False) -> bool:
+        """Cancel a queued job at once or ask a running one to stop; False if it had finished.
+
+        Raises:
+            JobNotFound: no job has this id.
+        """
+
+
+class ResultSource(JobOperations, Protocol):
+    """What an `AsyncResult` reads its job through: the job store, the database
+    (a dedicated connection to LISTEN on while it waits), job lookup and cancel."""
+
+    @property
+    def stores(self) -> Stores:
+        """The typed stores over the shared `pgtasks.db.Database`."""
+
+
+class Engine(TaskRegistry, Hooks, StoreProvider, Enqueuer, JobOperations, Protocol):
     """Everything the worker and the scheduler need of an application."""
 
     @property

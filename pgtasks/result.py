@@ -6,10 +6,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from pgtasks.errors import JobNotFound, ResultTimeout, TaskFailed, TaskRevoked, TimeLimitExceeded
-from pgtasks.states import TERMINAL, JobStatus
+from pgtasks.states import TERMINAL, ErrorCode, JobStatus
 
 if TYPE_CHECKING:
-    from pgtasks.app import App
+    from pgtasks.db import StoredJobStatus
+    from pgtasks.ports import ResultSource
     from pgtasks.records import Job
 
 __all__ = ["AsyncResult"]
@@ -22,12 +23,13 @@ class AsyncResult:
 
     Args:
         id: the job id.
-        app: the app whose database holds the job.
+        app: the app whose database holds the job (any `pgtasks.ports.ResultSource`:
+            its ``stores`` to read the job and wait on it, ``get_job`` and ``cancel``).
     """
 
     __slots__ = ("app", "id")
 
-    def __init__(self, id: int, app: App) -> None:
+    def __init__(self, id: int, app: ResultSource) -> None:
         self.id = int(id)
         self.app = app
 
@@ -40,8 +42,8 @@ class AsyncResult:
     def __hash__(self) -> int:
         return hash(self.id)
 
-    def _row(self) -> dict[str, Any]:
-        row = self.app.store.fetch_one("job_status", {"id": self.id})
+    def _row(self) -> StoredJobStatus:
+        row = self.app.stores.jobs.status(id=self.id)
         if row is None:
             raise JobNotFound(self.id)
         return row
@@ -57,7 +59,7 @@ class AsyncResult:
     @property
     def status(self) -> str:
         """``queued``, ``running``, ``succeeded``, ``failed``, ``cancelled`` or ``partial_failure``."""
-        return str(self._row()["status"])
+        return self._row().status
 
     state = status  # Celery's other name
 
@@ -65,30 +67,30 @@ class AsyncResult:
     def result(self) -> Any:
         """The return value once succeeded; the failure as a `TaskFailed` once failed; else None."""
         row = self._row()
-        if row["status"] == JobStatus.SUCCEEDED:
-            return row["result"]
-        if row["status"] in TERMINAL:
+        if row.status == JobStatus.SUCCEEDED:
+            return row.result
+        if row.status in TERMINAL:
             return _failure(self.id, row)
         return None
 
     @property
     def traceback(self) -> str | None:
         """The last failed attempt's traceback, if any."""
-        error = self._row()["error"] or {}
+        error = self._row().error or {}
         tb = error.get("traceback")
         return str(tb) if tb else None
 
     def ready(self) -> bool:
         """Whether the job has finished (any terminal status)."""
-        return self._row()["status"] in TERMINAL
+        return self._row().status in TERMINAL
 
     def successful(self) -> bool:
         """Whether the job succeeded."""
-        return bool(self._row()["status"] == JobStatus.SUCCEEDED)
+        return self._row().status == JobStatus.SUCCEEDED
 
     def failed(self) -> bool:
         """Whether the job ended without success."""
-        status = self._row()["status"]
+        status = self._row().status
         return status in TERMINAL and status != JobStatus.SUCCEEDED
 
     def get(self, timeout: float | None = None, *, propagate: bool = True) -> Any:
@@ -110,30 +112,31 @@ class AsyncResult:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         row = self._row()
-        if row["status"] not in TERMINAL:
+        if row.status not in TERMINAL:
             row = self._wait(deadline)
-        if row["status"] == JobStatus.SUCCEEDED:
-            return row["result"]
+        if row.status == JobStatus.SUCCEEDED:
+            return row.result
         failure = _failure(self.id, row)
         if propagate:
             raise failure
         return failure
 
-    def _wait(self, deadline: float | None) -> dict[str, Any]:
-        store = self.app.store
-        with store.connect() as conn:
-            store.execute("listen_done", conn=conn)
+    def _wait(self, deadline: float | None) -> StoredJobStatus:
+        stores = self.app.stores
+        jobs = stores.jobs
+        with stores.database.connect() as conn:
+            jobs.listen_done(conn=conn)
             while True:
-                row = store.fetch_one("job_status", {"id": self.id}, conn=conn)
+                row = jobs.status(id=self.id, conn=conn)
                 if row is None:
                     raise JobNotFound(self.id)
-                if row["status"] in TERMINAL:
+                if row.status in TERMINAL:
                     return row
                 wait = 1.0
                 if deadline is not None:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        raise ResultTimeout(f"job {self.id} still {row['status']} after waiting")
+                        raise ResultTimeout(f"job {self.id} still {row.status} after waiting")
                     wait = min(wait, remaining)
                 for _ in conn.notifies(timeout=wait, stop_after=1):
                     pass
@@ -154,11 +157,11 @@ class AsyncResult:
         """Accepted for Celery compatibility: results live in the job row until purged."""
 
 
-def _failure(job_id: int, row: dict[str, Any]) -> TaskFailed:
-    status = str(row["status"])
-    error = row["error"] or {}
+def _failure(job_id: int, row: StoredJobStatus) -> TaskFailed:
+    status = row.status
+    error = row.error or {}
     if status == JobStatus.CANCELLED:
         return TaskRevoked(job_id, status, error)
-    if error.get("code") == "TIME_LIMIT":
+    if error.get("code") == ErrorCode.TIME_LIMIT:
         return TimeLimitExceeded(job_id, status, error)
     return TaskFailed(job_id, status, error)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pgtasks.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from pgtasks.app import App
+    from pgtasks.ports import Engine, Enqueuer
     from pgtasks.result import AsyncResult
 
 __all__ = ["ENQUEUE_OPTIONS", "Signature", "Task", "TaskOptions", "backoff_delay"]
@@ -215,14 +215,21 @@ def _check_option_names(options: Mapping[str, Any]) -> None:
 class Task:
     """A registered task. Call it to run in process; ``delay`` to enqueue.
 
-    Attributes:
-        app: the owning `pgtasks.App`.
+    Args:
+        app: the owning application (a `pgtasks.App`, typed as `pgtasks.ports.Engine`).
         fn: the decorated function (sync or ``async def``).
         options: its `TaskOptions`.
+        enqueuer: what writes its jobs (`pgtasks.enqueue.JobEnqueuer`); default ``app``.
+
+    Attributes:
+        app, fn, options: as given.
     """
 
-    def __init__(self, app: App, fn: Callable[..., Any], options: TaskOptions) -> None:
+    def __init__(
+        self, app: Engine, fn: Callable[..., Any], options: TaskOptions, *, enqueuer: Enqueuer | None = None
+    ) -> None:
         self.app = app
+        self._enqueuer: Enqueuer = app if enqueuer is None else enqueuer
         self.fn = fn
         self.options = options
         self.is_async = inspect.iscoroutinefunction(fn)
@@ -287,7 +294,7 @@ class Task:
             raise ConfigurationError(f"args must be a tuple or list, got {type(args).__name__}")
         if kwargs is not None and not isinstance(kwargs, Mapping):
             raise ConfigurationError(f"kwargs must be a dict, got {type(kwargs).__name__}")
-        return self.app.enqueue(self, tuple(args or ()), dict(kwargs or {}), options)
+        return self._enqueuer.enqueue(self, tuple(args or ()), dict(kwargs or {}), options)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A `Signature` of this task with these arguments (for ``app.bulk_apply``)."""
@@ -309,7 +316,7 @@ class Task:
         connection = options.pop("connection", None)
         no_kwargs: dict[str, Any] = {}
         calls = ((self, item if type(item) is tuple else (item,), no_kwargs, options) for item in items)
-        return self.app.enqueue_batch(calls, connection=connection)
+        return self._enqueuer.enqueue_batch(calls, connection=connection)
 
     async def delay_async(self, *args: Any, **kwargs: Any) -> AsyncResult:
         """`delay` for asyncio callers (runs the same code in a thread)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import re
 from collections.abc import Iterator
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -13,9 +12,10 @@ import psycopg
 import pytest
 
 import pgtasks
+from pgtasks.context import CLAIM_COLUMNS
+from pgtasks.db import text_array_literal
 from pgtasks.errors import AlreadyQueued, ConfigurationError, PgtasksError
 from pgtasks.serialization import dumps
-from pgtasks.worker.completer import succeed_batch_params
 
 WORKER = "test-worker"
 
@@ -68,31 +68,15 @@ def _notifications_until_marker(listener: psycopg.Connection[Any], dsn: str, mar
 
 def _claim(app: pgtasks.App, queues: list[str], limit: int = 10) -> list[dict[str, Any]]:
     """Claim due jobs the way a worker does, through the real claim statement."""
-    return run_named(
-        app,
-        "job_claim_batch",
-        queues=queues,
-        limit=limit,
-        fair=True,
-        max_tenants=100,
-        worker_id=WORKER,
+    rows = app.stores.jobs.claim_batch(
+        queues=text_array_literal(queues), worker_id=WORKER, limit=limit, max_tenants=100, fair=True
     )
-
-
-def run_named(app: pgtasks.App, name: str, **params: Any) -> list[dict[str, Any]]:
-    """Run a named query, passing None for placeholders not given and "" for tenant cursors."""
-    names = set(re.findall(r"%\((\w+)\)s", app.store.query(name)))
-    cursors = {n: "" for n in names if n.startswith(("after_", "start_"))}
-    values = dict.fromkeys(names) | cursors | params
-    return app.store.fetch_all(name, values)
+    return [dict(zip(CLAIM_COLUMNS, row, strict=False)) for row in rows]
 
 
 def _succeed(app: pgtasks.App, job_id: int, result: Any) -> None:
-    rows = app.store.fetch_all(
-        "job_succeed_batch",
-        succeed_batch_params(WORKER, [job_id], [dumps(result)]),
-    )
-    assert [r["id"] for r in rows] == [job_id]
+    done = app.stores.jobs.succeed_batch(worker_id=WORKER, ids=[job_id], results_json=[dumps(result)])
+    assert done == [job_id]
 
 
 # -- transactional enqueue -------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import re
 import threading
 from decimal import Decimal
 from typing import Any
@@ -12,6 +11,8 @@ import psycopg
 import pytest
 
 import pgtasks
+from pgtasks.context import CLAIM_COLUMNS
+from pgtasks.db import text_array_literal
 from pgtasks.errors import (
     JobNotFound,
     ResultTimeout,
@@ -20,7 +21,6 @@ from pgtasks.errors import (
     TimeLimitExceeded,
 )
 from pgtasks.serialization import dumps
-from pgtasks.worker.completer import succeed_batch_params
 
 WORKER = "test-worker"
 
@@ -35,39 +35,28 @@ def task(app: pgtasks.App) -> pgtasks.Task:
     return app.task(name="add")(add)
 
 
-def run_named(app: pgtasks.App, name: str, **params: Any) -> list[dict[str, Any]]:
-    """Run a named query, passing None for placeholders not given and "" for tenant cursors."""
-    names = set(re.findall(r"%\((\w+)\)s", app.store.query(name)))
-    cursors = {n: "" for n in names if n.startswith(("after_", "start_"))}
-    return app.store.fetch_all(name, dict.fromkeys(names) | cursors | params)
+def claim_ids(app: pgtasks.App, limit: int) -> list[int]:
+    """Claim up to ``limit`` due jobs of the default queue the way a worker does; their ids."""
+    rows = app.stores.jobs.claim_batch(
+        queues=text_array_literal(["default"]), worker_id=WORKER, limit=limit, max_tenants=10, fair=True
+    )
+    return [row[CLAIM_COLUMNS.index("id")] for row in rows]
 
 
 def claim(app: pgtasks.App, job_id: int) -> None:
     """Claim the one queued job the way a worker does."""
-    rows = run_named(
-        app, "job_claim_batch", queues=["default"], limit=1, fair=True, max_tenants=10, worker_id=WORKER
-    )
-    assert [r["id"] for r in rows] == [job_id]
+    assert claim_ids(app, 1) == [job_id]
 
 
 def succeed(app: pgtasks.App, job_id: int, result: Any) -> None:
-    params = succeed_batch_params(WORKER, [job_id], [dumps(result)])
-    rows = run_named(app, "job_succeed_batch", **params)
-    assert [r["id"] for r in rows] == [job_id]
+    done = app.stores.jobs.succeed_batch(worker_id=WORKER, ids=[job_id], results_json=[dumps(result)])
+    assert done == [job_id]
 
 
 def finish(app: pgtasks.App, job_id: int, status: str, error: dict[str, Any], result: Any = None) -> None:
-    rows = run_named(
-        app,
-        "job_finish",
-        id=job_id,
-        status=status,
-        error=dumps(error),
-        result=dumps(result),
-        worker_id=WORKER,
-        attempt_record=dumps([{"attempt": 1, "outcome": status, "error": error}]),
+    assert app.stores.jobs.finish(
+        id=job_id, worker_id=WORKER, status=status, error=error, result_json=dumps(result)
     )
-    assert [r["id"] for r in rows] == [job_id]
 
 
 ERROR = {
@@ -213,10 +202,7 @@ def test_revoke_cancels_a_queued_job(
     assert r.revoke() is False  # already finished
     assert other.status == "queued"
     # A cancelled job is never claimed.
-    rows = run_named(
-        app, "job_claim_batch", queues=["default"], limit=10, fair=True, max_tenants=10, worker_id=WORKER
-    )
-    assert [row["id"] for row in rows] == [other.id]
+    assert claim_ids(app, 10) == [other.id]
 
 
 def test_revoke_of_a_running_job_requests_cancellation(app: pgtasks.App, task: pgtasks.Task) -> None:
@@ -227,8 +213,8 @@ def test_revoke_of_a_running_job_requests_cancellation(app: pgtasks.App, task: p
     job = r.job()
     assert job.cancel_requested
     assert job.headers.get("cancel_terminate") is False
-    rows = run_named(app, "job_cancel_requested", worker_id=WORKER)
-    assert [(row["id"], row["terminate"]) for row in rows] == [(r.id, False)]
+    requests = app.stores.jobs.cancel_requested(worker_id=WORKER)
+    assert [(request.job_id, request.terminate) for request in requests] == [(r.id, False)]
 
 
 def test_revoke_of_a_succeeded_job_changes_nothing(app: pgtasks.App, task: pgtasks.Task) -> None:

@@ -219,23 +219,6 @@ class JobStore:
             return None
         return StoredJobStatus(status=str(row["status"]), result=row["result"], error=row["error"])
 
-    def list(
-        self,
-        *,
-        status: str | None = None,
-        queue: str | None = None,
-        task_name: str | None = None,
-        tenant: str | None = None,
-        before_id: int | None = None,
-        limit: int = 50,
-    ) -> list[Job]:
-        """Jobs newest first, filtered (None: any); ``before_id`` pages on."""
-        params = {
-            "status": status, "queue": queue, "task_name": task_name, "tenant": tenant,
-            "before_id": before_id, "limit": limit,
-        }  # fmt: skip
-        return [Job.from_row(r) for r in self.database.fetch_all("job_list", params)]
-
     def queue_stats(self) -> list[Row]:
         """Job counts per queue and status: ``[{"queue", "status", "jobs", "oldest_run_at"}]``."""
         return self.database.fetch_all("queue_stats")
@@ -423,6 +406,26 @@ class JobStore:
     def listen_done(self, *, conn: AnyConnection) -> None:
         """LISTEN for finished jobs on ``conn``."""
         self.database.execute("listen_done", conn=conn)
+
+    # -- listing (last in the class: a method named ``list`` shadows the builtin in the
+    # annotations of the methods below it, as mypy resolves them in the class's namespace)
+
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        queue: str | None = None,
+        task_name: str | None = None,
+        tenant: str | None = None,
+        before_id: int | None = None,
+        limit: int = 50,
+    ) -> list[Job]:
+        """Jobs newest first, filtered (None: any); ``before_id`` pages on."""
+        params = {
+            "status": status, "queue": queue, "task_name": task_name, "tenant": tenant,
+            "before_id": before_id, "limit": limit,
+        }  # fmt: skip
+        return [Job.from_row(r) for r in self.database.fetch_all("job_list", params)]
 
 
 def _full_params(job: NewJob) -> dict[str, Any]:

@@ -1,0 +1,345 @@
+"""The enqueue path: validate a call's options, encode its arguments, write the job.
+
+An enqueue goes one way down: `Task.apply_async` / `Task.delay_many` call the
+app's `JobEnqueuer` (typed as `pgtasks.ports.Enqueuer`), which validates,
+serialises (`pgtasks.serialization`) and writes through `pgtasks.db.JobStore`,
+then tells plugins (``pgtasks_before_enqueue``, ``pgtasks_after_enqueue``). It
+never climbs back into the application object.
+
+Bulk enqueue validates each distinct (task, options) pair once and adds no
+per-job work beyond encoding the arguments: plain batches of at least
+`COPY_THRESHOLD` jobs are streamed through COPY, others go as one multi-row
+INSERT of keyword arrays; either way one wake-up per queue, on commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import psycopg
+
+from pgtasks.db import AnyConnection, NewJob
+from pgtasks.errors import ConfigurationError
+from pgtasks.plugins import call_isolated
+from pgtasks.result import AsyncResult
+from pgtasks.serialization import dumps
+from pgtasks.task import (
+    attempts_allowed,
+    check_countdown,
+    check_eta,
+    check_priority,
+    check_queue,
+    resolve_key,
+)
+
+if TYPE_CHECKING:
+    import pluggy
+
+    from pgtasks.ports import ResultSource
+    from pgtasks.task import Signature, Task
+
+__all__ = ["COPY_THRESHOLD", "BatchCall", "JobEnqueuer", "check_connection"]
+
+#: Batches of at least this many plain jobs go through COPY (fewer: one multi-row INSERT).
+COPY_THRESHOLD: Final = 64
+
+# One call of a batch, encoded: (args JSON, kwargs JSON, headers JSON, lock key, unique key).
+_CallFields = tuple[str, str, str, str | None, str | None]
+#: One call as the batch path takes it: (task, args, kwargs, enqueue options).
+BatchCall = tuple["Task", Sequence[Any], Mapping[str, Any], Mapping[str, Any]]
+
+
+def check_connection(conn: object) -> AnyConnection | None:
+    """The caller's connection for an enqueue inside their transaction, or None.
+
+    Raises:
+        ConfigurationError: ``conn`` is not a sync ``psycopg.Connection``.
+    """
+    if conn is None:
+        return None
+    if not isinstance(conn, psycopg.Connection):
+        raise ConfigurationError(f"connection must be a psycopg (sync) Connection, got {type(conn).__name__}")
+    return conn
+
+
+def _options_key(task: Task, options: Mapping[str, Any]) -> Hashable:
+    """What identifies a call's options for caching their validation in bulk."""
+    try:
+        return (id(task), frozenset(options.items()))
+    except TypeError:  # an unhashable option value (headers): fall back to identity
+        return (id(task), id(options))
+
+
+def _check_key(label: str, key: Any) -> str | None:
+    """A lock or unique key: None, or a non-empty string without NUL."""
+    if key is not None and (not isinstance(key, str) or not key or "\x00" in key):
+        raise ConfigurationError(f"{label} must be a non-empty string without NUL, got {key!r}")
+    return key
+
+
+def option_params(task: Task, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate the enqueue options that do not depend on the call's arguments.
+
+    Bulk enqueue computes this once per distinct (task, options) pair.
+
+    Returns:
+        ``task_name``, ``queue``, ``tenant``, ``headers`` (JSON text), ``priority``,
+        ``max_attempts``, ``countdown`` (seconds or None), ``eta`` (aware datetime
+        or None), ``lock_key``, ``unique_key`` (explicit keys or None),
+        ``retry_on_worker_lost``, and ``_headers`` (the headers mapping as given).
+
+    Raises:
+        ConfigurationError: a value is out of range or of the wrong type, or both
+            ``countdown`` and ``eta`` are given.
+        SerializationError: a header cannot round-trip exactly.
+    """
+    opts = task.options
+    queue = options.get("queue")
+    if queue is None:
+        queue = opts.queue
+    check_queue(queue)
+    priority = options.get("priority", opts.priority)
+    check_priority(priority)
+    tenant = options.get("tenant", opts.tenant)
+    if not isinstance(tenant, str) or "\x00" in tenant:
+        raise ConfigurationError(f"tenant must be a string without NUL, got {tenant!r}")
+    countdown = options.get("countdown")
+    eta = options.get("eta")
+    if countdown is not None and eta is not None:
+        raise ConfigurationError("give countdown or eta, not both")
+    countdown = None if countdown is None else check_countdown(countdown)
+    eta = None if eta is None else check_eta(eta)
+    max_attempts = attempts_allowed(options.get("max_retries", opts.max_retries))
+    headers = options.get("headers") or {}
+    if not isinstance(headers, Mapping):
+        raise ConfigurationError(f"headers must be a dict, got {type(headers).__name__}")
+    for label in ("lock", "unique_key"):
+        if label in options:
+            _check_key(label, options[label])
+    return {
+        "task_name": task.name,
+        "queue": queue,
+        "tenant": tenant,
+        "headers": dumps(dict(headers), "headers") if headers else "{}",
+        "priority": priority,
+        "max_attempts": max_attempts,
+        "countdown": countdown,
+        "eta": eta,
+        "lock_key": options.get("lock"),
+        "unique_key": options.get("unique_key"),
+        "retry_on_worker_lost": opts.retry_on_worker_lost,
+        "_headers": headers,
+    }
+
+
+class JobEnqueuer:
+    """Writes jobs for an app's tasks (implements `pgtasks.ports.Enqueuer`).
+
+    Args:
+        source: where the jobs go and what each `AsyncResult` reads through (an
+            `pgtasks.ports.ResultSource`: its ``stores`` are opened on first write).
+        plugin_manager: the app's plugin manager (``pgtasks_before_enqueue``,
+            ``pgtasks_after_enqueue``).
+    """
+
+    def __init__(self, source: ResultSource, plugin_manager: pluggy.PluginManager) -> None:
+        self.source = source
+        self.plugin_manager = plugin_manager
+
+    def _before_enqueue_hooked(self) -> bool:
+        """Whether a plugin implements ``pgtasks_before_enqueue``."""
+        return bool(self.plugin_manager.hook.pgtasks_before_enqueue.get_hookimpls())
+
+    def _call_fields(
+        self,
+        task: Task,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: Mapping[str, Any],
+        base: Mapping[str, Any],
+        *,
+        hooked: bool,
+    ) -> _CallFields:
+        """What one call adds to its validated options ``base``: the encoded arguments,
+        the headers (a ``pgtasks_before_enqueue`` plugin may add to them) and the lock
+        and unique keys (a task's key template is resolved against the arguments).
+
+        ``base`` is `option_params` of (task, options); ``hooked`` says whether a plugin
+        implements ``pgtasks_before_enqueue`` (`_before_enqueue_hooked`; a batch asks once).
+
+        Raises:
+            ConfigurationError: a resolved key is not a non-empty string without NUL.
+            SerializationError: an argument or header cannot round-trip exactly.
+        """
+        opts = task.options
+        lock_key, unique_key, headers = base["lock_key"], base["unique_key"], base["headers"]
+        if opts.lock is not None and "lock" not in options:
+            lock_key = _check_key("lock", resolve_key(opts.lock, args, kwargs))
+        if opts.unique_key is not None and "unique_key" not in options:
+            unique_key = _check_key("unique_key", resolve_key(opts.unique_key, args, kwargs))
+        if hooked:
+            extra = dict(base["_headers"])
+            resolved = {
+                "queue": base["queue"],
+                "priority": base["priority"],
+                "tenant": base["tenant"],
+                "lock": lock_key,
+                "unique_key": unique_key,
+                "countdown": base["countdown"],
+                "eta": base["eta"],
+            }
+            self.plugin_manager.hook.pgtasks_before_enqueue(
+                task_name=task.name, options=resolved, headers=extra
+            )
+            headers = dumps(extra, "headers")
+        encoded_args = dumps(list(args), "args")
+        return encoded_args, dumps(kwargs, "kwargs") if kwargs else "{}", headers, lock_key, unique_key
+
+    def enqueue(
+        self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]
+    ) -> AsyncResult:
+        """Write one job (what `Task.apply_async` calls); see there for the options.
+
+        Besides the public options, the scheduler passes ``_trigger``,
+        ``_schedule_name``, ``_scheduled_for``, ``_parent_id`` and ``_correlation_id``.
+
+        Raises:
+            ConfigurationError: an invalid option value or connection.
+            SerializationError: an argument or header cannot round-trip exactly.
+            AlreadyQueued: an unfinished job holds the unique key.
+            DatabaseError: PostgreSQL refused the write.
+        """
+        conn = check_connection(options.get("connection"))
+        base = option_params(task, options)
+        args_json, kwargs_json, headers_json, lock_key, unique_key = self._call_fields(
+            task, args, kwargs, options, base, hooked=self._before_enqueue_hooked()
+        )
+        job = NewJob(
+            task_name=base["task_name"],
+            queue=base["queue"],
+            tenant=base["tenant"],
+            args=args_json,
+            kwargs=kwargs_json,
+            headers=headers_json,
+            priority=base["priority"],
+            max_attempts=base["max_attempts"],
+            retry_on_worker_lost=base["retry_on_worker_lost"],
+            countdown=base["countdown"],
+            eta=base["eta"],
+            lock_key=lock_key,
+            unique_key=unique_key,
+            trigger=options.get("_trigger", "api"),
+            schedule_name=options.get("_schedule_name"),
+            scheduled_for=options.get("_scheduled_for"),
+            parent_id=options.get("_parent_id"),
+            correlation_id=options.get("_correlation_id"),
+        )
+        job_id = self.source.stores.jobs.insert(job, conn=conn)
+        call_isolated(
+            self.plugin_manager,
+            "pgtasks_after_enqueue",
+            task_name=job.task_name,
+            job_ids=[job_id],
+            in_transaction=conn is not None,
+        )
+        return AsyncResult(job_id, self.source)
+
+    def enqueue_batch(self, calls: Iterable[BatchCall], *, connection: Any = None) -> list[AsyncResult]:
+        """Write many jobs in one transaction (what `Task.delay_many` and ``App.bulk_apply`` call).
+
+        Args:
+            calls: ``(task, args, kwargs, options)`` per job; options as `Task.apply_async`
+                takes them, without ``connection``. Calls that share one options
+                mapping (delay_many) are validated once.
+            connection: the caller's psycopg connection (jobs commit with it), or
+                None for a pooled one.
+
+        Returns:
+            One `AsyncResult` per written job, in order. Jobs whose unique key is
+            already held are skipped.
+
+        Raises:
+            ConfigurationError, SerializationError: nothing is written.
+            DatabaseError: PostgreSQL refused the write (nothing is written).
+        """
+        conn = check_connection(connection)
+        # Validated options per (task, options): keyed by content, or by identity when an
+        # option is unhashable; each entry keeps its options object alive, so an id in a
+        # key cannot be reused by another call's options during the loop.
+        bases: dict[Hashable, tuple[Mapping[str, Any], dict[str, Any]]] = {}
+        hooked = self._before_enqueue_hooked()
+        rows: list[_CallFields] = []
+        row_bases: list[dict[str, Any]] = []  # each row's validated options (shared dicts)
+        last: tuple[Any, Any, dict[str, Any]] | None = None  # (task, options, base) of the previous call
+        for task, call_args, call_kwargs, options in calls:
+            if last is not None and task is last[0] and options is last[1]:
+                base = last[2]  # delay_many: every call shares one options mapping
+            else:
+                key = _options_key(task, options)
+                if key not in bases:
+                    bases[key] = (options, option_params(task, options))
+                base = bases[key][1]
+                last = (task, options, base)
+            args = call_args if type(call_args) is tuple else tuple(call_args)
+            kwargs = call_kwargs if type(call_kwargs) is dict else dict(call_kwargs)
+            rows.append(self._call_fields(task, args, kwargs, options, base, hooked=hooked))
+            row_bases.append(base)
+        if not rows:
+            return []
+        used = [base for _, base in bases.values()]
+        plain = all(b["countdown"] is None and b["eta"] is None for b in used) and all(
+            call[4] is None for call in rows
+        )
+        queues = sorted({b["queue"] for b in used})
+        stores = self.source.stores
+        jobs = stores.jobs
+        with stores.database.transaction(conn) as tx:
+            if plain and len(rows) >= COPY_THRESHOLD:
+                ids = jobs.ids_reserve(n=len(rows), conn=tx)
+                jobs.copy_in(
+                    rows=(
+                        (job_id, b["task_name"], b["queue"], b["tenant"], a, k, h,
+                         b["priority"], b["max_attempts"], lock, b["retry_on_worker_lost"])
+                        for job_id, b, (a, k, h, lock, _) in zip(ids, row_bases, rows, strict=True)
+                    ),
+                    conn=tx,
+                )  # fmt: skip
+            else:
+                ids = jobs.insert_many(
+                    task_names=[b["task_name"] for b in row_bases],
+                    queues=[b["queue"] for b in row_bases],
+                    tenants=[b["tenant"] for b in row_bases],
+                    priorities=[b["priority"] for b in row_bases],
+                    max_attempts=[b["max_attempts"] for b in row_bases],
+                    etas=[b["eta"] for b in row_bases],
+                    countdowns=[b["countdown"] for b in row_bases],
+                    retry_on_worker_lost=[b["retry_on_worker_lost"] for b in row_bases],
+                    args=[call[0] for call in rows],
+                    kwargs=[call[1] for call in rows],
+                    headers=[call[2] for call in rows],
+                    lock_keys=[call[3] for call in rows],
+                    unique_keys=[call[4] for call in rows],
+                    conn=tx,
+                )
+            jobs.notify_queues(queues=queues, conn=tx)
+        names = {b["task_name"] for b in used}
+        call_isolated(
+            self.plugin_manager,
+            "pgtasks_after_enqueue",
+            task_name=names.pop() if len(names) == 1 else "*",
+            job_ids=ids,
+            in_transaction=conn is not None,
+        )
+        source = self.source
+        return [AsyncResult(i, source) for i in ids]
+
+    def bulk_apply(self, signatures: Iterable[Signature], *, connection: Any = None) -> list[AsyncResult]:
+        """`enqueue_batch` of ``task.s(*args, **kwargs)`` signatures (optionally ``.set(...)``).
+
+        Raises:
+            ConfigurationError, SerializationError: nothing is written.
+            DatabaseError: PostgreSQL refused the write (nothing is written).
+        """
+        calls = ((sig.task, sig.args, sig.kwargs, sig.options) for sig in signatures)
+        return self.enqueue_batch(calls, connection=connection)
