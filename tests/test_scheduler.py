@@ -228,7 +228,7 @@ def test_concurrent_ticks_make_one_run_per_fire_time(
     errors: list[BaseException] = []
 
     def tick(at: datetime, gate: threading.Barrier) -> None:
-        app = pgtasks.App("racer", dsn=sapp.store.dsn, load_entry_points=False)
+        app = pgtasks.App("racer", dsn=sapp.database.dsn, load_entry_points=False)
         try:
             gate.wait()
             results.append(scheduler(app).run_once(now=at))
@@ -251,11 +251,11 @@ def test_concurrent_ticks_make_one_run_per_fire_time(
 
 def test_a_stale_scheduler_changes_nothing(sapp: pgtasks.App, conn: psycopg.Connection[Any]) -> None:
     sapp.schedules.create("stale", "t.job", "* * * * *", overlap="allow", now=T0)
-    stale_row = sapp.store.fetch_one("schedule_get_for_update", {"name": "stale"})
+    stale_row = sapp.stores.schedules.get_for_update(name="stale")
     assert stale_row is not None
     assert scheduler(sapp).run_once(now=T0 + MIN).fired == 1  # another process moved on
     slow = scheduler(sapp)
-    with pytest.raises(_Stale), sapp.store.transaction() as tx:
+    with pytest.raises(_Stale), sapp.database.transaction() as tx:
         slow._fire_one(tx, stale_row, T0 + MIN, SchedulerResult(), [])
     assert len(fired(conn, "stale")) == 1
     # And the database itself refuses a second cron-made run for one fire time.

@@ -90,7 +90,7 @@ def test_three_schedulers_for_three_minutes_make_exactly_three_runs(
     until = START + 3 * MIN  # 12:03:30: fires at 12:01, 12:02 and 12:03
     anchor = time.time() + 6.0  # all three are up and polling before the first fire time
     command = ["scheduler", "--interval", "0.01", "--simulate-clock", clock(START, 30.0, anchor, until)]
-    with processes(sapp.store.dsn, tmp_path, command, command, command) as procs:
+    with processes(sapp.database.dsn, tmp_path, command, command, command) as procs:
         eventually(lambda: all("scheduler ready" in p.log() for p in procs), timeout=30, message="ready")
         assert time.time() < anchor, "the processes took too long to start for a real race"
         # Let simulated time run to the end (3 minutes at 30x = 6 s) and a little beyond.
@@ -114,7 +114,7 @@ def test_a_killed_workers_run_fails_worker_lost_is_retried_and_the_schedule_keep
 ) -> None:
     sapp.schedules.create("lost", "s.block", "* * * * *", now=START)  # retries: the task's 2
     sapp.schedules.create("lost-once", "s.block_once", "* * * * *", now=START)  # not idempotent
-    dsn = sapp.store.dsn
+    dsn = sapp.database.dsn
     sim = clock(START, 10.0, time.time() + 3.0)  # one simulated minute every 6 s
     scheduler = ["scheduler", "--interval", "0.05", "--no-reap", "--simulate-clock", sim]
     victim_args = ["worker", "-c", "2", "--lease-timeout", "2", "--poll-interval", "0.1"]
@@ -179,9 +179,9 @@ def test_worker_beat_runs_the_scheduler_inside_the_worker(
     row = conn.execute("SELECT now()").fetchone()
     assert row is not None
     sapp.schedules.create("beat", "s.record", "* * * * *", kwargs={"n": 5}, now=row[0] - 10 * MIN)
-    with processes(sapp.store.dsn, tmp_path, ["worker", "--beat", "-c", "1", "--poll-interval", "0.1"]) as (
-        w,
-    ):
+    with processes(
+        sapp.database.dsn, tmp_path, ["worker", "--beat", "-c", "1", "--poll-interval", "0.1"]
+    ) as (w,):
         eventually(lambda: [r[3] for r in runs(conn, "beat")][:1] == ["succeeded"], timeout=60, message="run")
         assert w.stop() == 0
     assert "scheduler (beat) started" in w.log()
@@ -190,7 +190,7 @@ def test_worker_beat_runs_the_scheduler_inside_the_worker(
 
 
 def test_schedules_commands(sapp: pgtasks.App, conn: psycopg.Connection[Any]) -> None:
-    dsn = sapp.store.dsn
+    dsn = sapp.database.dsn
     sapp.schedules.create("nightly", "s.record", "30 2 * * *", timezone="Europe/Berlin", now=START)
     out = cli(dsn, "schedules", "next", "nightly", "-n", "3", "--from", "2025-03-29T12:00")
     assert out.returncode == 0, out.stderr

@@ -187,7 +187,7 @@ def test_follow_up_happens_once_across_concurrent_schedulers(sapp: pgtasks.App) 
     totals: list[Any] = []
 
     def follow() -> None:
-        app = pgtasks.App("other", dsn=sapp.store.dsn, load_entry_points=False)
+        app = pgtasks.App("other", dsn=sapp.database.dsn, load_entry_points=False)
         try:
             gate.wait()
             totals.append(Scheduler(app, SchedulerConfig(reap=False)).run_once(now=T0 + DAY + MIN))

@@ -174,13 +174,13 @@ def test_sync_creates_then_keeps_an_operators_pause(sapp: pgtasks.App, conn: psy
     assert sapp.schedules.pause("nightly") is False
 
     # A new process with the same code: nothing to write, the pause stays.
-    again = pgtasks.App("sched", dsn=sapp.store.dsn, load_entry_points=False)
+    again = pgtasks.App("sched", dsn=sapp.database.dsn, load_entry_points=False)
     try:
         again.task(name="t.job", max_retries=2)(lambda: None)
         again.add_periodic_task("30 2 * * *", "t.job", name="nightly", timezone="Europe/Berlin")
         assert again.schedules.sync(now=T0 + MIN).unchanged == ("nightly",)
         # The code changes its cron: definition and next fire time follow, the pause stays.
-        fresh = pgtasks.App("sched", dsn=sapp.store.dsn, load_entry_points=False)
+        fresh = pgtasks.App("sched", dsn=sapp.database.dsn, load_entry_points=False)
         fresh.task(name="t.job", max_retries=2)(lambda: None)
         fresh.add_periodic_task("0 4 * * *", "t.job", name="nightly", timezone="Europe/Berlin", args=[7])
         assert fresh.schedules.sync(now=T0 + MIN).updated == ("nightly",)
@@ -345,7 +345,7 @@ def test_next_fire_times_use_the_scheduler_code_path(sapp: pgtasks.App) -> None:
 def test_spec_round_trips_through_the_row(sapp: pgtasks.App) -> None:
     spec = sapp.add_periodic_task("15 3 * * 1-5", "t.other", name="rt", kwargs={"k": [1, 2]}, after=["x"])
     sapp.schedules.sync(now=T0)
-    row = sapp.store.fetch_one("schedule_get_for_update", {"name": "rt"})
+    row = sapp.stores.schedules.get_for_update(name="rt")
     assert row is not None
     assert spec.same_definition(row)
     assert ScheduleSpec.from_row(row) == spec

@@ -44,8 +44,9 @@ class ScheduleStore:
         row = self.database.fetch_one("schedule_get", {"name": name})
         return None if row is None else Schedule.from_row(row)
 
-    def list(self) -> list[Schedule]:
-        """Every schedule, by name."""
+    def all(self) -> list[Schedule]:
+        """Every schedule, by name (``all``, not ``list``: a method named ``list`` would
+        hide the builtin from the annotations of the methods after it)."""
         return [Schedule.from_row(r) for r in self.database.fetch_all("schedule_list")]
 
     def get_for_update(self, *, name: str, conn: AnyConnection | None = None) -> ScheduleRow | None:

@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from pgtasks.cron import CronSchedule
-from pgtasks.db import AnyConnection
+from pgtasks.db import AnyConnection, Stores
 from pgtasks.errors import InvalidSchedule, RunAlreadyActive, ScheduleNotFound
-from pgtasks.records import Job, Run, Schedule
+from pgtasks.ports import Engine
+from pgtasks.records import Run, Schedule
 from pgtasks.result import AsyncResult
 from pgtasks.scheduler.runs import RunEvent, emit, insert_run, requested_by_default
 from pgtasks.scheduler.spec import (
@@ -36,12 +37,12 @@ from pgtasks.scheduler.spec import (
     ScheduleSpec,
     check_schedule_name,
 )
+from pgtasks.states import Trigger
 
 if TYPE_CHECKING:
-    from pgtasks.app import App
     from pgtasks.task import Task
 
-__all__ = ["Schedules", "SyncResult"]
+__all__ = ["Schedules", "SchedulesHost", "SyncResult"]
 
 log = logging.getLogger("pgtasks.scheduler")
 
@@ -94,6 +95,16 @@ class SyncResult:
     unchanged: tuple[str, ...]
 
 
+class SchedulesHost(Engine, Protocol):
+    """What `Schedules` needs of its application: an `pgtasks.ports.Engine` (tasks,
+    plugin manager, stores, results) whose task mapping can drop a task again, which
+    ``@periodic_task`` does when the schedule of a task it just registered is refused."""
+
+    @property
+    def tasks(self) -> MutableMapping[str, Task]:
+        """Every registered task by its name."""
+
+
 def _find_cycle(edges: Mapping[str, Iterable[str]], start: str) -> list[str] | None:
     """A dependency cycle through ``start`` (``[start, ..., start]``), or None."""
     path: list[str] = []
@@ -119,11 +130,14 @@ def _find_cycle(edges: Mapping[str, Iterable[str]], start: str) -> list[str] | N
 class Schedules:
     """The schedules of an app (``app.schedules``).
 
+    Nothing is read from the database until the first call that needs it; the
+    application's stores are opened then (`SchedulesHost.stores`).
+
     Args:
-        app: the owning `App`.
+        app: the owning application (any `SchedulesHost`, e.g. a `pgtasks.App`).
     """
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: SchedulesHost) -> None:
         self._app = app
         self._code: dict[str, ScheduleSpec] = {}
         self._synced = False
@@ -227,8 +241,7 @@ class Schedules:
             updated: list[str] = []
             unchanged: list[str] = []
             if specs:
-                store = self._app.store
-                with store.transaction() as tx:
+                with self._stores.database.transaction() as tx:
                     at = now or self._db_now(tx)
                     for spec in specs:
                         outcome = self._write(tx, spec, source="code", now=at, replace=True)
@@ -309,7 +322,7 @@ class Schedules:
             after=after,
         )
         self._ensure_synced()
-        with self._app.store.transaction() as tx:
+        with self._stores.database.transaction() as tx:
             at = now or self._db_now(tx)
             if self._write(tx, spec, source="api", now=at, replace=False, paused=paused) != "created":
                 raise InvalidSchedule(f"a schedule named {name!r} already exists; change() it or delete() it")
@@ -342,8 +355,8 @@ class Schedules:
                 f"cannot change {', '.join(unknown)}; changeable: {', '.join(sorted(CHANGEABLE))}"
             )
         self._ensure_synced()
-        with self._app.store.transaction() as tx:
-            row = self._app.store.fetch_one("schedule_get_for_update", {"name": name}, conn=tx)
+        with self._stores.database.transaction() as tx:
+            row = self._stores.schedules.get_for_update(name=name, conn=tx)
             if row is None:
                 raise ScheduleNotFound(name)
             fields = {key: row[key] for key in ScheduleSpec.__dataclass_fields__ if key in row}
@@ -384,7 +397,7 @@ class Schedules:
             ScheduleNotFound: no such schedule.
         """
         self._ensure_synced()
-        if self._app.store.fetch_one("schedule_delete", {"name": name}) is None:
+        if not self._stores.schedules.delete(name=name):
             raise ScheduleNotFound(name)
 
     def pause(self, name: str, *, by: str | None = None, now: datetime | None = None) -> bool:
@@ -402,8 +415,7 @@ class Schedules:
             ScheduleNotFound: no such schedule.
         """
         self._ensure_synced()
-        params = {"name": name, "paused_by": by or requested_by_default(), "now": now}
-        if self._app.store.fetch_one("schedule_pause", params) is not None:
+        if self._stores.schedules.pause(name=name, paused_by=by or requested_by_default(), now=now):
             return True
         self.get(name)
         return False
@@ -422,9 +434,9 @@ class Schedules:
                 (fix it with `change`).
         """
         self._ensure_synced()
-        store = self._app.store
-        with store.transaction() as tx:
-            row = store.fetch_one("schedule_get_for_update", {"name": name}, conn=tx)
+        stores = self._stores
+        with stores.database.transaction() as tx:
+            row = stores.schedules.get_for_update(name=name, conn=tx)
             if row is None:
                 raise ScheduleNotFound(name)
             if not row["paused"]:
@@ -432,10 +444,7 @@ class Schedules:
             at = now or self._db_now(tx)
             cron = None if row["cron"] is None else CronSchedule.parse(row["cron"], row["timezone"])
             next_fire = None if cron is None else cron.next_fire(at)
-            resumed = store.fetch_one(
-                "schedule_resume", {"name": name, "next_fire_at": next_fire, "now": now}, conn=tx
-            )
-            return resumed is not None
+            return stores.schedules.resume(name=name, next_fire_at=next_fire, now=now, conn=tx)
 
     # -- runs -----------------------------------------------------------------------
 
@@ -459,21 +468,24 @@ class Schedules:
                 ``run_id`` names it.
         """
         self._ensure_synced()
-        store = self._app.store
-        with store.transaction() as tx:
-            row = store.fetch_one("schedule_get_for_update", {"name": name}, conn=tx)
+        stores = self._stores
+        with stores.database.transaction() as tx:
+            row = stores.schedules.get_for_update(name=name, conn=tx)
             if row is None:
                 raise ScheduleNotFound(name)
             made = insert_run(
-                store,
+                stores,
                 self._app.plugin_manager,
                 tx,
                 row,
-                trigger="manual",
+                trigger=Trigger.MANUAL,
                 headers={"requested_by": requested_by or requested_by_default()},
                 now=now,
             )
-        emit(self._app.plugin_manager, [RunEvent(name, row["task_name"], "manual", made.job_id, None)])
+        emit(
+            self._app.plugin_manager,
+            [RunEvent(name, str(row["task_name"]), Trigger.MANUAL, made.job_id, None)],
+        )
         if made.job_id is None:
             raise RunAlreadyActive(name, made.active_run_id if made.active_run_id is not None else -1)
         return AsyncResult(made.job_id, self._app)
@@ -497,13 +509,12 @@ class Schedules:
             raise InvalidSchedule(f"page must be an int >= 1, got {page!r}")
         if type(per_page) is not int or not 1 <= per_page <= _MAX_PAGE_SIZE:
             raise InvalidSchedule(f"per_page must be an int in 1..{_MAX_PAGE_SIZE}, got {per_page!r}")
-        rows = self._app.store.fetch_all(
-            "schedule_history",
-            {"name": name, "before_id": before_id, "limit": per_page, "offset": (page - 1) * per_page},
+        jobs = self._stores.schedules.history(
+            name=name, limit=per_page, offset=(page - 1) * per_page, before_id=before_id
         )
-        if not rows and page == 1 and before_id is None:
+        if not jobs and page == 1 and before_id is None:
             self.get(name)
-        return [Run.from_job(Job.from_row(r)) for r in rows]
+        return [Run.from_job(job) for job in jobs]
 
     # -- reading --------------------------------------------------------------------
 
@@ -515,15 +526,15 @@ class Schedules:
         """
         check_schedule_name(name)
         self._ensure_synced()
-        row = self._app.store.fetch_one("schedule_get", {"name": name})
-        if row is None:
+        schedule = self._stores.schedules.get(name=name)
+        if schedule is None:
             raise ScheduleNotFound(name)
-        return Schedule.from_row(row)
+        return schedule
 
     def all(self) -> list[Schedule]:
         """Every stored schedule, by name."""
         self._ensure_synced()
-        return [Schedule.from_row(r) for r in self._app.store.fetch_all("schedule_list")]
+        return self._stores.schedules.all()
 
     def next_fire_times(self, name: str, n: int = 10, *, after: datetime | None = None) -> list[datetime]:
         """The next ``n`` fire times of a stored schedule (what the scheduler will use).
@@ -552,11 +563,13 @@ class Schedules:
 
     # -- internals ------------------------------------------------------------------
 
+    @property
+    def _stores(self) -> Stores:
+        """The application's stores (opened on first use)."""
+        return self._app.stores
+
     def _db_now(self, conn: AnyConnection | None) -> datetime:
-        row = self._app.store.fetch_one("clock_now", conn=conn)
-        assert row is not None
-        value: datetime = row["now"]
-        return value
+        return self._stores.database.now(conn=conn)
 
     def _write(
         self,
@@ -570,20 +583,21 @@ class Schedules:
         force: bool = False,
     ) -> str:
         """Insert or replace ``spec``; returns ``created``, ``updated`` or ``unchanged``."""
-        store = self._app.store
+        schedules = self._stores.schedules
         cron = spec.cron_schedule()
         for _ in range(2):
-            row = store.fetch_one("schedule_get_for_update", {"name": spec.name}, conn=tx)
+            row = schedules.get_for_update(name=spec.name, conn=tx)
             if row is None:
-                params = spec.params()
-                params.update(
+                created = schedules.insert(
+                    definition=spec.params(),
                     source=source,
-                    now=now,
                     paused=paused,
                     paused_by=requested_by_default() if paused else None,
                     next_fire_at=None if cron is None else cron.next_fire(now),
+                    now=now,
+                    conn=tx,
                 )
-                if store.fetch_one("schedule_insert", params, conn=tx) is not None:
+                if created:
                     return "created"
                 continue  # created meanwhile by another process: now locked and replaced below
             if not replace:
@@ -603,20 +617,21 @@ class Schedules:
                 next_fire = row["next_fire_at"]
             else:
                 next_fire = cron.next_fire(now)
-            params = spec.params()
-            params.update(
-                source=source, now=now, next_fire_at=next_fire, expected_next_fire_at=row["next_fire_at"]
+            updated = schedules.update_definition(
+                definition=spec.params(),
+                source=source,
+                next_fire_at=next_fire,
+                expected_next_fire_at=row["next_fire_at"],
+                now=now,
+                conn=tx,
             )
-            if store.fetch_one("schedule_update_definition", params, conn=tx) is None:
+            if not updated:
                 raise InvalidSchedule(f"schedule {spec.name!r} changed while it was being written; try again")
             return "updated"
         raise InvalidSchedule(f"schedule {spec.name!r} could not be written; try again")
 
     def _check_cycles(self, tx: AnyConnection, specs: Iterable[ScheduleSpec]) -> None:
-        edges = {
-            str(r["name"]): list(r["after"])
-            for r in self._app.store.fetch_all("schedule_dependency_edges", conn=tx)
-        }
+        edges = self._stores.schedules.dependency_edges(conn=tx)
         for spec in specs:
             cycle = _find_cycle(edges, spec.name)
             if cycle:

@@ -26,9 +26,10 @@ from typing import Any
 
 import pluggy
 
-from pgtasks.db import AnyConnection, Database
+from pgtasks.db import AnyConnection, Stores
 from pgtasks.plugins import call_isolated
 from pgtasks.serialization import dumps
+from pgtasks.states import Trigger
 
 __all__ = ["RunEvent", "RunInsert", "emit", "insert_retry_run", "insert_run", "requested_by_default"]
 
@@ -97,7 +98,7 @@ def _before_enqueue(pm: pluggy.PluginManager, schedule: Mapping[str, Any], heade
 
 
 def insert_run(
-    store: Database,
+    stores: Stores,
     pm: pluggy.PluginManager,
     conn: AnyConnection,
     schedule: Mapping[str, Any],
@@ -109,10 +110,11 @@ def insert_run(
     headers: Mapping[str, Any] | None = None,
     now: datetime | None = None,
 ) -> RunInsert:
-    """Insert a run of ``schedule`` (a ``SELECT *`` row of schedules) in ``conn``'s transaction.
+    """Insert a run of ``schedule`` (its stored row, `pgtasks.db.ScheduleRow`) in ``conn``'s transaction.
 
     Args:
-        store: the store that runs the statements.
+        stores: the stores that run the statements (``schedules``; ``jobs`` to name
+            the active run that refused it).
         pm: the app's plugin manager (``pgtasks_before_enqueue`` may add headers).
         conn: a connection inside the caller's transaction.
         schedule: the schedule's row.
@@ -132,52 +134,60 @@ def insert_run(
     """
     job_headers = dict(headers or {})
     _before_enqueue(pm, schedule, job_headers)
-    params = {
-        "name": schedule["name"],
-        "trigger": trigger,
-        "scheduled_for": scheduled_for,
-        "parent_id": parent_id,
-        "correlation_id": correlation_id,
-        "headers": dumps(job_headers, "headers"),
-        "now": now,
-    }
+    name = str(schedule["name"])
+    encoded = dumps(job_headers, "headers")
     for _ in range(_ATTEMPTS_ON_CONFLICT):
-        row = store.fetch_one("schedule_run_insert", params, conn=conn)
-        if row is not None:
-            return RunInsert(int(row["id"]))
-        if trigger == "schedule" and scheduled_for is not None:
-            fired = store.fetch_one(
-                "schedule_fire_run", {"name": schedule["name"], "scheduled_for": scheduled_for}, conn=conn
-            )
-            if fired is not None:
-                return RunInsert(None, duplicate=True)
+        job_id = stores.schedules.run_insert(
+            name=name,
+            trigger=trigger,
+            headers=encoded,
+            scheduled_for=scheduled_for,
+            parent_id=parent_id,
+            correlation_id=correlation_id,
+            now=now,
+            conn=conn,
+        )
+        if job_id is not None:
+            return RunInsert(job_id)
+        if (
+            trigger == Trigger.SCHEDULE
+            and scheduled_for is not None
+            and stores.schedules.fire_run(name=name, scheduled_for=scheduled_for, conn=conn) is not None
+        ):
+            return RunInsert(None, duplicate=True)
         if schedule["overlap"] != "skip":
             break
-        holder = store.fetch_one("job_find_unique", {"unique_key": f"schedule:{schedule['name']}"}, conn=conn)
+        holder = stores.jobs.find_unique(unique_key=f"schedule:{name}", conn=conn)
         if holder is not None:
-            return RunInsert(None, active_run_id=int(holder["id"]))
+            return RunInsert(None, active_run_id=holder)
     return RunInsert(None, active_run_id=-1)
 
 
 def insert_retry_run(
-    store: Database, conn: AnyConnection, failed_run_id: int, *, delay: float, now: datetime | None = None
+    stores: Stores, conn: AnyConnection, failed_run_id: int, *, delay: float, now: datetime | None = None
 ) -> RunInsert:
     """Insert the retry run of a failed run (attempt n+1, trigger ``retry``), due in ``delay`` seconds.
 
     The retry copies the failed run's task, arguments, keys, headers, fire time and
     correlation id, and links to it through ``parent_id``.
 
+    Args:
+        stores: the stores that run the statement (``schedules``).
+        conn: a connection inside the caller's transaction.
+        failed_run_id: the failed run's job id.
+        delay: seconds from ``now`` until the retry is due (>= 0).
+        now: pinned time, None for the database clock.
+
     Returns:
         The `RunInsert`; ``job_id`` is None when another active run holds the
-        schedule's unique key (``active_run_id`` then names it).
+        schedule's unique key (``active_run_id`` is then -1: not looked up).
 
     Raises:
         DatabaseError: the statement failed.
     """
-    params = {"parent_id": failed_run_id, "delay": delay, "now": now}
-    row = store.fetch_one("schedule_run_retry_insert", params, conn=conn)
-    if row is not None:
-        return RunInsert(int(row["id"]))
+    job_id = stores.schedules.run_retry_insert(parent_id=failed_run_id, delay=delay, now=now, conn=conn)
+    if job_id is not None:
+        return RunInsert(job_id)
     return RunInsert(None, active_run_id=-1)
 
 

@@ -3,14 +3,15 @@
 Any number of scheduler processes (``pgtasks scheduler``, ``pgtasks worker --beat``)
 may run against one database; none is a leader. One tick (`Scheduler.run_once`):
 
-1. **reap**: running jobs whose worker's lease expired are recovered (the worker's
-   `Reaper`); a schedule run is never retried in place, so it ends ``failed`` with
+1. **reap**: running jobs whose worker's lease expired are recovered (the shared
+   `pgtasks.maintenance.Reaper`); a schedule run is never retried in place, so it ends ``failed`` with
    ``WORKER_LOST`` (class ``transient``) and step 2 applies the retry policy;
 2. **follow up** finished runs not yet followed up (their ``followed_up_at``
    differs from ``finished_at``): record the schedule's last outcome, create the
    retry run of a transient failure with retries left, and the dependency runs of
-   a success. Each run is followed up in one transaction that also marks it, so a
-   crash in between loses nothing and does nothing twice;
+   a success (`pgtasks.scheduler.followup.RunFollowUp`). Each run is followed up in
+   one transaction that also marks it, so a crash in between loses nothing and does
+   nothing twice;
 3. **fire** due schedules: each is locked (``FOR UPDATE SKIP LOCKED``: processes
    share the work), its runs are inserted, and its next fire time is advanced with
    a compare-and-set, all in one transaction. The unique index on
@@ -31,25 +32,34 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from pgtasks.cron import CronSchedule
-from pgtasks.db import AnyConnection
+from pgtasks.db import AnyConnection, ScheduleRow
 from pgtasks.errors import ConfigurationError, DatabaseError, InvalidSchedule
 from pgtasks.maintenance import Reaper, ReaperConfig, Service
-from pgtasks.records import Job
+from pgtasks.ports import Hooks, StoreProvider
 from pgtasks.scheduler.clock import Clock, DatabaseClock
 from pgtasks.scheduler.firing import plan_fires
-from pgtasks.scheduler.runs import RunEvent, emit, insert_retry_run, insert_run
-from pgtasks.states import JobStatus
-from pgtasks.task import TaskOptions, backoff_delay
+from pgtasks.scheduler.followup import RunFollowUp
+from pgtasks.scheduler.runs import RunEvent, emit, insert_run
+from pgtasks.states import Trigger
 
 if TYPE_CHECKING:
-    from pgtasks.app import App
+    from pgtasks.scheduler.api import Schedules
 
-__all__ = ["Scheduler", "SchedulerConfig", "SchedulerResult", "beat"]
+__all__ = ["Scheduler", "SchedulerConfig", "SchedulerHost", "SchedulerResult", "beat"]
 
 log = logging.getLogger("pgtasks.scheduler")
+
+
+class SchedulerHost(Hooks, StoreProvider, Protocol):
+    """What a `Scheduler` needs of an application: its stores, its plugin manager and
+    its `Schedules` (whose code-defined schedules the first tick writes)."""
+
+    @property
+    def schedules(self) -> Schedules:
+        """The application's schedules (``app.schedules``)."""
 
 
 class _Stale(Exception):
@@ -125,26 +135,34 @@ class Scheduler(Service):
     """Creates the runs of an app's schedules (see the module docstring).
 
     Args:
-        app: the `App` (its store, plugins and code-defined schedules).
+        app: the application (any `SchedulerHost`, e.g. a `pgtasks.App`): its
+            stores, plugin manager and code-defined schedules are taken from it
+            here, once.
         config: settings (default `SchedulerConfig()`).
         clock: where "now" comes from (default the database clock).
 
     Attributes:
+        stores: the data layer's stores the ticks run on.
+        plugin_manager: told of runs made (after commit) and of reaped jobs.
+        schedules: the `Schedules` whose code-defined schedules the first tick writes.
         synced: whether the code-defined schedules have been written.
     """
 
     name = "scheduler"
 
     def __init__(
-        self, app: App, config: SchedulerConfig | None = None, *, clock: Clock | None = None
+        self, app: SchedulerHost, config: SchedulerConfig | None = None, *, clock: Clock | None = None
     ) -> None:
         self.config = config or SchedulerConfig()
         super().__init__(self.config.interval)
-        self.app = app
-        self.store = app.store
+        self.stores = app.stores
+        self.plugin_manager = app.plugin_manager
+        self.schedules = app.schedules
         self.clock: Clock = clock or DatabaseClock()
         self.synced = not self.config.sync
-        self._rand = random.Random()
+        self._follow_up = RunFollowUp(
+            self.stores, self.plugin_manager, batch=self.config.followup_batch, rand=random.Random()
+        )
 
     # -- one tick ---------------------------------------------------------------------
 
@@ -167,33 +185,27 @@ class Scheduler(Service):
             self._sync(pinned)
         if self.config.reap:
             reaped = Reaper(
-                self.app.stores.jobs,
-                self.app.stores.workers,
-                self.config.reaper,
-                self.app.plugin_manager,
-                now=pinned,
+                self.stores.jobs, self.stores.workers, self.config.reaper, self.plugin_manager, now=pinned
             ).run_once()
             result.reaped = reaped.requeued + reaped.failed
-        at = pinned or self._db_now()
-        self._follow_up_all(at, result)
+        at = pinned or self.stores.database.now()
+        followed = self._follow_up.run_once(at)
+        result.followed_up += followed.followed_up
+        result.retries += followed.retries
+        result.dependencies += followed.dependencies
+        result.errors += followed.errors
         self._fire_all(at, result)
         return result
 
     def _sync(self, now: datetime | None) -> None:
         try:
-            done = self.app.schedules.sync(now=now)
+            done = self.schedules.sync(now=now)
         except InvalidSchedule as exc:
             log.error("code-defined schedules were not written: %s", exc)
         else:
             if done.created or done.updated:
                 log.info("schedules written: created %s, updated %s", list(done.created), list(done.updated))
         self.synced = True
-
-    def _db_now(self) -> datetime:
-        row = self.store.fetch_one("clock_now")
-        assert row is not None
-        value: datetime = row["now"]
-        return value
 
     # -- firing -----------------------------------------------------------------------
 
@@ -202,10 +214,10 @@ class Scheduler(Service):
         for _ in range(self.config.batch):
             events: list[RunEvent] = []
             name: str | None = None
-            row: dict[str, Any] | None = None
+            row: ScheduleRow | None = None
             try:
-                with self.store.transaction() as tx:
-                    row = self.store.fetch_one("schedule_claim_due", {"now": at, "exclude": exclude}, conn=tx)
+                with self.stores.database.transaction() as tx:
+                    row = self.stores.schedules.claim_due(now=at, exclude=exclude, conn=tx)
                     if row is None:
                         return
                     name = str(row["name"])
@@ -233,12 +245,12 @@ class Scheduler(Service):
                 result.errors += 1
                 exclude.append(name)
                 continue
-            emit(self.app.plugin_manager, events)
+            emit(self.plugin_manager, events)
 
     def _fire_one(
         self,
         tx: AnyConnection,
-        row: Mapping[str, Any],
+        row: ScheduleRow,
         at: datetime,
         result: SchedulerResult,
         events: list[RunEvent],
@@ -263,7 +275,13 @@ class Scheduler(Service):
             )
         for fire in plan.fires:
             made = insert_run(
-                self.store, self.app.plugin_manager, tx, row, trigger="schedule", scheduled_for=fire, now=at
+                self.stores,
+                self.plugin_manager,
+                tx,
+                row,
+                trigger=Trigger.SCHEDULE,
+                scheduled_for=fire,
+                now=at,
             )
             if made.job_id is not None:
                 result.fired += 1
@@ -279,7 +297,7 @@ class Scheduler(Service):
                     fire.isoformat(),
                     made.active_run_id,
                 )
-            events.append(RunEvent(name, str(row["task_name"]), "schedule", made.job_id, fire))
+            events.append(RunEvent(name, str(row["task_name"]), Trigger.SCHEDULE, made.job_id, fire))
         last = plan.fires[-1] if plan.fires else None
         self._advance(tx, name, expected=expected, next_fire=plan.next_fire_at, fired_at=last, at=at)
 
@@ -293,191 +311,41 @@ class Scheduler(Service):
         fired_at: datetime | None,
         at: datetime,
     ) -> None:
-        params = {
-            "name": name,
-            "expected_next_fire_at": expected,
-            "next_fire_at": next_fire,
-            "fired_at": fired_at,
-            "now": at,
-        }
-        if self.store.fetch_one("schedule_advance", params, conn=tx) is None:
+        advanced = self.stores.schedules.advance(
+            name=name,
+            expected_next_fire_at=expected,
+            next_fire_at=next_fire,
+            fired_at=fired_at,
+            now=at,
+            conn=tx,
+        )
+        if not advanced:
             raise _Stale(name)
 
     def _mark_invalid(
-        self, row: Mapping[str, Any], reason: str, at: datetime, result: SchedulerResult
+        self, row: Mapping[str, object], reason: str, at: datetime, result: SchedulerResult
     ) -> None:
-        params = {
-            "name": row["name"],
-            "reason": reason,
-            "cron": row["cron"],
-            "timezone": row["timezone"],
-            "now": at,
-        }
-        if self.store.fetch_one("schedule_mark_invalid", params) is not None:
+        marked = self.stores.schedules.mark_invalid(
+            name=str(row["name"]),
+            reason=reason,
+            cron=None if row["cron"] is None else str(row["cron"]),
+            timezone=str(row["timezone"]),
+            now=at,
+        )
+        if marked:
             result.invalid += 1
             log.error("schedule %r is not served until it is changed: %s", row["name"], reason)
 
-    # -- follow-up of finished runs ---------------------------------------------------
-
-    def _follow_up_all(self, at: datetime, result: SchedulerResult) -> None:
-        ids = [
-            int(r["id"])
-            for r in self.store.fetch_all("schedule_runs_to_follow_up", {"limit": self.config.followup_batch})
-        ]
-        for run_id in ids:
-            events: list[RunEvent] = []
-            try:
-                with self.store.transaction() as tx:
-                    row = self.store.fetch_one("schedule_run_lock_finished", {"id": run_id}, conn=tx)
-                    if row is None:
-                        continue  # another process has it, or it is done
-                    self._follow_up(tx, Job.from_row(row), at, result, events)
-            except DatabaseError as exc:
-                if exc.transient:
-                    raise
-                log.error("run %d: follow-up refused by the database, retrying next tick: %s", run_id, exc)
-                result.errors += 1
-                continue
-            except Exception:
-                log.exception("run %d: follow-up failed; marking it followed up to move on", run_id)
-                result.errors += 1
-                self._force_followed_up(run_id)
-                continue
-            result.followed_up += 1
-            emit(self.app.plugin_manager, events)
-
-    def _force_followed_up(self, run_id: int) -> None:
-        job = self.app.get_job(run_id)
-        self.store.fetch_one(
-            "schedule_run_mark_followed_up",
-            {"id": run_id, "status": str(job.status), "finished_at": job.finished_at},
-        )
-
-    def _follow_up(
-        self, tx: AnyConnection, run: Job, at: datetime, result: SchedulerResult, events: list[RunEvent]
-    ) -> None:
-        name = str(run.schedule_name)
-        self.store.fetch_one(
-            "schedule_record_outcome",
-            {"name": name, "outcome": str(run.status), "run_id": run.id, "finished_at": run.finished_at},
-            conn=tx,
-        )
-        schedule = self.store.fetch_one("schedule_get_for_update", {"name": name}, conn=tx)
-        if run.status == JobStatus.FAILED and schedule is not None:
-            self._maybe_retry(tx, run, schedule=schedule, at=at, result=result, events=events)
-        if run.status == JobStatus.SUCCEEDED:
-            for dep in self.store.fetch_all("schedule_dependents", {"name": name}, conn=tx):
-                dependent = self.store.fetch_one("schedule_get_for_update", {"name": dep["name"]}, conn=tx)
-                if dependent is None or dependent["paused"] or dependent["invalid_reason"] is not None:
-                    continue
-                made = insert_run(
-                    self.store,
-                    self.app.plugin_manager,
-                    tx,
-                    dependent,
-                    trigger="dependency",
-                    parent_id=run.id,
-                    correlation_id=run.correlation_id,
-                    now=at,
-                )
-                events.append(
-                    RunEvent(dependent["name"], dependent["task_name"], "dependency", made.job_id, None)
-                )
-                if made.job_id is not None:
-                    result.dependencies += 1
-                    log.info(
-                        "run %d of %r succeeded: dependency run %d of %r",
-                        run.id,
-                        name,
-                        made.job_id,
-                        dependent["name"],
-                    )
-                else:
-                    log.info(
-                        "run %d of %r succeeded: dependent %r skipped, run %s is active (overlap=skip)",
-                        run.id,
-                        name,
-                        dependent["name"],
-                        made.active_run_id,
-                    )
-        self.store.fetch_one(
-            "schedule_run_mark_followed_up",
-            {"id": run.id, "status": str(run.status), "finished_at": run.finished_at},
-            conn=tx,
-        )
-
-    def _maybe_retry(
-        self,
-        tx: AnyConnection,
-        run: Job,
-        *,
-        schedule: Mapping[str, Any],
-        at: datetime,
-        result: SchedulerResult,
-        events: list[RunEvent],
-    ) -> None:
-        """Create the retry run of a failed run when its failure is transient and retries are left."""
-        error = run.error or {}
-        name = str(schedule["name"])
-        if error.get("class") != "transient":
-            return
-        if error.get("code") == "WORKER_LOST" and not run.retry_on_worker_lost:
-            log.warning("run %d of %r: worker lost; not retried (the task is not idempotent)", run.id, name)
-            return
-        if schedule["paused"] or schedule["invalid_reason"] is not None:
-            return
-        attempt = max(run.attempt, 1)
-        max_retries = schedule["max_retries"]
-        if max_retries is not None and attempt > max_retries:
-            log.warning("run %d of %r failed (attempt %d): no retries left", run.id, name, attempt)
-            return
-        delay = backoff_delay(
-            self._retry_options(schedule), attempt - 1, lambda hi: self._rand.uniform(0.0, hi)
-        )
-        made = insert_retry_run(self.store, tx, run.id, delay=delay, now=at)
-        events.append(RunEvent(name, run.task_name, "retry", made.job_id, run.scheduled_for))
-        if made.job_id is not None:
-            result.retries += 1
-            log.info(
-                "run %d of %r failed (%s): retry run %d, attempt %d, in %.1f s",
-                run.id,
-                name,
-                error.get("code"),
-                made.job_id,
-                attempt + 1,
-                delay,
-            )
-        else:
-            log.info("run %d of %r failed: retry skipped, another run is active (overlap=skip)", run.id, name)
-
-    @staticmethod
-    def _retry_options(schedule: Mapping[str, Any]) -> TaskOptions:
-        """The schedule's retry backoff as `TaskOptions` (defaults for a hand-written bad policy)."""
-        policy = schedule["retry_policy"] or {}
-        mapping = {
-            "retry_backoff": policy.get("backoff", False),
-            "retry_backoff_max": policy.get("backoff_max", 600.0),
-            "default_retry_delay": policy.get("delay", 180.0),
-            "retry_jitter": policy.get("jitter", True),
-        }
-        try:
-            return TaskOptions(name=str(schedule["task_name"]), **mapping)
-        except (ConfigurationError, TypeError):
-            log.warning(
-                "schedule %r has an unusable retry policy %r; using defaults", schedule["name"], policy
-            )
-            return TaskOptions(name=str(schedule["task_name"]))
-
 
 @contextmanager
-def beat(app: App, config: SchedulerConfig | None = None) -> Iterator[Scheduler]:
+def beat(app: SchedulerHost, config: SchedulerConfig | None = None) -> Iterator[Scheduler]:
     """Run a `Scheduler` in a background thread for the duration of the block.
 
     What ``pgtasks worker --beat`` does around the worker: the scheduler ticks in
     its own thread, on the app's connection pool, and stops when the block exits.
 
     Args:
-        app: the app whose schedules to serve.
+        app: the application whose schedules to serve (a `SchedulerHost`).
         config: scheduler settings (default `SchedulerConfig()`).
     """
     scheduler = Scheduler(app, config)

@@ -260,7 +260,8 @@ class ScheduleSpec:
         return None if self.cron is None else CronSchedule.parse(self.cron, self.timezone)
 
     def params(self) -> dict[str, Any]:
-        """The definition as parameters of ``schedule_insert`` / ``schedule_update_definition``."""
+        """The definition columns by name (JSON as text), as `pgtasks.db.ScheduleStore.insert`
+        and `pgtasks.db.ScheduleStore.update_definition` take them."""
         return {
             "name": self.name,
             "task_name": self.task_name,

@@ -60,7 +60,7 @@ def ledger_start(ctx: TaskContext) -> int:
     """Record that this attempt started; returns the ledger row id."""
     req = ctx.request
     row = (
-        _conn(ctx.app.store.dsn)
+        _conn(ctx.app.stores.database.dsn)
         .execute(
             "INSERT INTO public.sched_ledger (job_id, schedule, trigger, attempt, worker_pid)"
             " VALUES (%s, %s, %s, %s, %s) RETURNING id",
@@ -74,7 +74,7 @@ def ledger_start(ctx: TaskContext) -> int:
 
 def ledger_finish(ctx: TaskContext, entry: int) -> None:
     """Record that the attempt of ledger row ``entry`` finished."""
-    _conn(ctx.app.store.dsn).execute(
+    _conn(ctx.app.stores.database.dsn).execute(
         "UPDATE public.sched_ledger SET finished_at = clock_timestamp() WHERE id = %s", (entry,)
     )
 
@@ -82,7 +82,7 @@ def ledger_finish(ctx: TaskContext, entry: int) -> None:
 def flag_set(ctx: TaskContext, name: str) -> bool:
     """Whether the test raised flag ``name``."""
     row = (
-        _conn(ctx.app.store.dsn)
+        _conn(ctx.app.stores.database.dsn)
         .execute("SELECT 1 FROM public.sched_flags WHERE name = %s", (name,))
         .fetchone()
     )
