@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -26,6 +26,17 @@ WORKER = "w-hints"
 
 
 # -- what a payload means ---------------------------------------------------------------
+
+
+def _on_store_call(worker: Worker, method: str, note: Callable[[str], None]) -> None:
+    """Have ``worker.jobs.<method>`` call ``note`` with its query's name (``job_<method>``) first."""
+    original = getattr(worker.jobs, method)
+
+    def wrapped(*args: Any, **kw: Any) -> Any:
+        note(f"job_{method}")
+        return original(*args, **kw)
+
+    setattr(worker.jobs, method, wrapped)
 
 
 def test_first_take_is_a_full_claim_and_a_named_job_then_comes_by_id() -> None:
@@ -86,7 +97,7 @@ def _ids_params(ids: list[int], queues: list[str]) -> dict[str, Any]:
 
 
 def _claim_ids(app: pgtasks.App, ids: list[int], queues: list[str]) -> list[tuple[Any, ...]]:
-    return app.store.fetch_tuples("job_claim_ids", _ids_params(ids, queues))
+    return app.stores.jobs.claim_ids(ids=ids, queues=text_array_literal(queues), worker_id=WORKER)
 
 
 def _status(app: pgtasks.App, job_id: int) -> str:
@@ -142,13 +153,8 @@ def watched_worker(app: pgtasks.App, noop: pgtasks.Task) -> Iterator[tuple[Worke
     """An idle listening worker whose claim statements are recorded by name."""
     worker = Worker(app, queues=["q"], concurrency=2, poll_interval=1.0)
     names: list[str] = []
-    original = worker.store.fetch_tuples
-
-    def recording(name: str, params: Any = None, **kw: Any) -> Any:
-        names.append(name)
-        return original(name, params, **kw)
-
-    worker.store.fetch_tuples = recording  # type: ignore[method-assign]
+    for method in ("claim_batch", "claim_ids"):  # recorded as job_claim_batch, job_claim_ids
+        _on_store_call(worker, method, names.append)
     thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
     thread.start()
     try:

@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from helpers import eventually
 
 import pgtasks
 from pgtasks.worker import Worker
+
+
+def _on_store_call(worker: Worker, method: str, note: Callable[[str], None]) -> None:
+    """Have ``worker.jobs.<method>`` call ``note`` with its query's name (``job_<method>``) first."""
+    original = getattr(worker.jobs, method)
+
+    def wrapped(*args: Any, **kw: Any) -> Any:
+        note(f"job_{method}")
+        return original(*args, **kw)
+
+    setattr(worker.jobs, method, wrapped)
 
 
 def test_lock_blocked_due_job_does_not_make_the_claim_loop_spin(app: pgtasks.App) -> None:
@@ -23,14 +35,8 @@ def test_lock_blocked_due_job_does_not_make_the_claim_loop_spin(app: pgtasks.App
     second = hold.delay()  # due at once, but its lock key is held by the first
     worker = Worker(app, concurrency=2, poll_interval=0.5, listen=False)
     claims: list[float] = []
-    original = worker.store.fetch_tuples
-
-    def counting(name: str, params: Any = None, **kw: Any) -> Any:
-        if name in ("job_claim_batch", "job_claim_ids"):
-            claims.append(time.monotonic())
-        return original(name, params, **kw)
-
-    worker.store.fetch_tuples = counting  # type: ignore[method-assign]
+    for method in ("claim_batch", "claim_ids"):
+        _on_store_call(worker, method, lambda name: claims.append(time.monotonic()))
     thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
     thread.start()
     try:
@@ -52,14 +58,8 @@ def _watched(app: pgtasks.App, **config: Any) -> tuple[Worker, threading.Thread,
     """A started worker whose claim statements are recorded as (monotonic time, name)."""
     worker = Worker(app, **config)
     claims: list[tuple[float, str]] = []
-    original = worker.store.fetch_tuples
-
-    def recording(name: str, params: Any = None, **kw: Any) -> Any:
-        if name.startswith("job_claim"):
-            claims.append((time.monotonic(), name))
-        return original(name, params, **kw)
-
-    worker.store.fetch_tuples = recording  # type: ignore[method-assign]
+    for method in ("claim_batch", "claim_ids"):  # recorded as job_claim_batch, job_claim_ids
+        _on_store_call(worker, method, lambda name: claims.append((time.monotonic(), name)))
     thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
     thread.start()
     assert worker.started.wait(10)
@@ -142,14 +142,13 @@ def test_polls_above_jobs_due_later_ask_when_instead_of_claiming(app: pgtasks.Ap
     later.delay_many(list(range(500)), countdown=3600)
     worker, thread, claims = _watched(app, queues=["idle"], concurrency=2, poll_interval=0.1, listen=False)
     asked: list[float] = []
-    original = worker.store.fetch_one
+    original = worker.jobs.next_run_at
 
-    def recording(name: str, params: Any = None, **kw: Any) -> Any:
-        if name == "job_next_run_at":
-            asked.append(time.monotonic())
-        return original(name, params, **kw)
+    def recording(*args: Any, **kw: Any) -> Any:  # job_next_run_at
+        asked.append(time.monotonic())
+        return original(*args, **kw)
 
-    worker.store.fetch_one = recording  # type: ignore[method-assign]
+    worker.jobs.next_run_at = recording  # type: ignore[method-assign]
     try:
         eventually(lambda: claims, message="first full claim")
         window_start = time.monotonic()

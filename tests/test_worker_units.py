@@ -18,18 +18,18 @@ from apps.worker_app import ledger_rows, make_app, one, raise_flag, rows, setup_
 from helpers import eventually
 
 import pgtasks
-from pgtasks.context import Request
+from pgtasks.completion import Completer, Completion
+from pgtasks.context import CLAIM_COLUMNS, Request
+from pgtasks.db import Database, JobStore, WorkerStore, text_array_literal
 from pgtasks.errors import Retry
-from pgtasks.db import Database, JobStore, WorkerStore
+from pgtasks.maintenance import Reaper, ReaperConfig
 from pgtasks.task import MAX_DELAY, UNLIMITED_ATTEMPTS, TaskOptions, backoff_delay
 from pgtasks.worker import Worker, WorkerConfig
-from pgtasks.worker.completer import Completer, Completion, succeed_batch_params
+from pgtasks.worker.heartbeat import Heartbeat
 from pgtasks.worker.listener import Listener
 from pgtasks.worker.outcome import decide
 from pgtasks.worker.pool import HeldJob
 from pgtasks.worker.processes import _Slot
-from pgtasks.maintenance import Reaper, ReaperConfig
-from pgtasks.worker.heartbeat import Heartbeat
 
 SECOND = dt.timedelta(seconds=1)
 
@@ -104,48 +104,44 @@ def store(dsn: str) -> Iterator[Database]:
 
 def register(store: Database, worker_id: str, now: dt.datetime | None, lease: float = 30.0) -> None:
     """Register a worker row at ``now``."""
-    store.fetch_one(
-        "worker_register",
-        {
-            "id": worker_id,
-            "host": "test",
-            "pid": 1,
-            "queues": ["default"],
-            "concurrency": 1,
-            "pool": "threads",
-            "lease_timeout": lease,
-            "now": now,
-        },
+    WorkerStore(store).register(
+        id=worker_id,
+        host="test",
+        pid=1,
+        queues=["default"],
+        concurrency=1,
+        pool="threads",
+        lease_timeout=lease,
+        now=now,
     )
 
 
+_ID = CLAIM_COLUMNS.index("id")
+
+
 def claim(
-    store: Database, worker_id: str, now: dt.datetime | None, limit: int = 100, **extra: Any
+    store: Database, worker_id: str, now: dt.datetime | None, limit: int = 100, *, fair: bool = True
 ) -> list[int]:
     """Claim due jobs for ``worker_id`` at ``now``; returns their ids in claim order."""
-    params = {
-        "queues": ["default"],
-        "start_tenant": "",
-        "max_tenants": 100,
-        "limit": limit,
-        "now": now,
-        "fair": True,
-        "worker_id": worker_id,
-        **extra,
-    }
-    return [int(r["id"]) for r in store.fetch_all("job_claim_batch", params)]
+    rows = JobStore(store).claim_batch(
+        queues=text_array_literal(["default"]),
+        worker_id=worker_id,
+        limit=limit,
+        start_tenant="",
+        max_tenants=100,
+        fair=fair,
+        now=now,
+    )
+    return [int(r[_ID]) for r in rows]
 
 
 def succeed(
     store: Database, worker_id: str, ids: list[int], now: dt.datetime | None, conn: Any = None
 ) -> list[int]:
     """Record success of ``ids`` as ``worker_id`` would."""
-    found = store.fetch_all(
-        "job_succeed_batch",
-        succeed_batch_params(worker_id, ids, ['"ok"'] * len(ids), now),
-        conn=conn,
+    return JobStore(store).succeed_batch(
+        worker_id=worker_id, ids=ids, results_json=['"ok"'] * len(ids), now=now, conn=conn
     )
-    return [int(r["id"]) for r in found]
 
 
 def test_reaper_takes_only_running_jobs_of_expired_workers(
@@ -227,9 +223,7 @@ def test_a_long_job_on_a_live_worker_is_never_reaped(
     conn.execute("DELETE FROM pgtasks.workers WHERE id = 'gone'")
     # The worker heartbeats on; its job's own heartbeat stays at the claim.
     for minutes in range(1, 60):
-        store.fetch_one(
-            "worker_heartbeat", {"id": "alive", "now": t0 + minutes * 60 * SECOND, "stopping": False}
-        )
+        WorkerStore(store).heartbeat(id="alive", now=t0 + minutes * 60 * SECOND, stopping=False)
     result = Reaper(
         JobStore(store), WorkerStore(store), ReaperConfig(lease_timeout=30), now=t0 + 3550 * SECOND
     ).run_once()
@@ -290,7 +284,9 @@ def test_listener_survives_a_failing_callback_and_calls_only_bad_payloads_malfor
             raise ValueError("process object is closed")
         cancelled.append(job_id)
 
-    listener = Listener(store, enqueued.append, on_cancel, lambda: None)
+    listener = Listener(
+        store, JobStore(store), on_jobs=enqueued.append, on_cancel=on_cancel, on_reconnect=lambda: None
+    )
     listener.start()
     try:
         assert listener.connected.wait(10)
@@ -367,7 +363,7 @@ def test_completer_writes_in_batches_and_reports_only_durable_results(
         if sum(len(b[0]) + len(b[1]) for b in batches) == 8:
             all_reported.set()
 
-    completer = Completer(store, "c", batch=3, delay=0.5, on_written=on_written)
+    completer = Completer(JobStore(store), "c", batch=3, delay=0.5, on_written=on_written)
     completer.start()
     try:
         for job_id in ids:
@@ -390,7 +386,7 @@ def test_completer_stop_writes_what_is_pending(
     task = app.task(name="t")(lambda: None)
     ids = [task.delay().id for _ in range(2)]
     claim(store, "c", None)
-    completer = Completer(store, "c", batch=100, delay=60.0, on_written=lambda done, lost: None)
+    completer = Completer(JobStore(store), "c", batch=100, delay=60.0, on_written=lambda done, lost: None)
     completer.start()
     for job_id in ids:
         completer.add(Completion(job_id, "t", "1", 1, 0.0))
@@ -407,7 +403,7 @@ def test_completer_writes_every_result_added_from_many_threads(
     assert sorted(claim(store, "c", None, limit=800)) == sorted(ids)
     written: list[int] = []
     completer = Completer(
-        store,
+        JobStore(store),
         "c",
         batch=50,
         delay=0.002,
@@ -432,7 +428,7 @@ def test_completer_writes_every_result_added_from_many_threads(
 
 
 def test_completer_stops_at_once_when_idle(store: Database) -> None:
-    completer = Completer(store, "c", batch=10, delay=60.0, on_written=lambda done, lost: None)
+    completer = Completer(JobStore(store), "c", batch=10, delay=60.0, on_written=lambda done, lost: None)
     completer.start()
     completer.stop(timeout=5)
     assert not any(t.name == "pgtasks-completer" for t in threading.enumerate())
@@ -581,7 +577,7 @@ def test_worker_connections_use_generic_plans_and_app_connections_do_not(app: pg
     """The claim is re-planned on every execution unless the worker's session asks for generic plans."""
     worker = Worker(app, queues=("default",))
     try:
-        with worker.store.connection() as c:
+        with worker.database.connection() as c:
             row = c.execute("SHOW plan_cache_mode").fetchone()
             assert row is not None and row[0] == "force_generic_plan"
             jit = c.execute("SHOW jit").fetchone()
@@ -590,4 +586,4 @@ def test_worker_connections_use_generic_plans_and_app_connections_do_not(app: pg
             row = c.execute("SHOW plan_cache_mode").fetchone()
             assert row is not None and row[0] == "auto"
     finally:
-        worker.store.close()
+        worker.database.close()

@@ -275,13 +275,20 @@ class JobStore:
     # -- outcomes (only the completer writes them) --------------------------------------
 
     def succeed_batch(
-        self, *, worker_id: str, ids: Sequence[int], results_json: Sequence[str], now: Now = None
+        self,
+        *,
+        worker_id: str,
+        ids: Sequence[int],
+        results_json: Sequence[str],
+        now: Now = None,
+        conn: AnyConnection | None = None,
     ) -> list[int]:
         """Mark the jobs ``worker_id`` still runs succeeded with their results (JSON
         texts, in the order of ``ids``); returns the ids it completed.
 
         The ids go as one array literal and the results as one JSON array: psycopg
-        adapts a Python list element by element, a string in one step.
+        adapts a Python list element by element, a string in one step. ``conn``:
+        write in the caller's transaction (tests that hold the write open).
         """
         params = {
             "ids": bigint_array_literal(ids),
@@ -289,7 +296,7 @@ class JobStore:
             "worker_id": worker_id,
             "now": now,
         }
-        return [r[0] for r in self.database.fetch_tuples("job_succeed_batch", params)]
+        return [r[0] for r in self.database.fetch_tuples("job_succeed_batch", params, conn=conn)]
 
     def finish(
         self,

@@ -8,7 +8,22 @@ from dataclasses import dataclass
 
 from pgtasks.db.database import Database, Now
 
-__all__ = ["WorkerInfo", "WorkerStore"]
+__all__ = ["WorkerInfo", "WorkerStore", "worker_database"]
+
+
+def worker_database(dsn: str, *, max_size: int, prepare_threshold: int | None) -> Database:
+    """A `Database` for a worker process (the worker and its pool's children).
+
+    Its connections run ``worker_session_setup``: generic plans (the claim would be
+    planned again on every execution) and no JIT.
+
+    Args:
+        dsn: the database. max_size: most pooled connections.
+        prepare_threshold: psycopg's server-side prepare threshold (None: never).
+    """
+    return Database(
+        dsn, max_size=max_size, prepare_threshold=prepare_threshold, session="worker_session_setup"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,19 +6,18 @@ number of reapers may run at once (see `Reaper`).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pluggy
-
+from pgtasks.completion import Completer
 from pgtasks.db import JobStore, Now, WorkerStore
 from pgtasks.maintenance.service import Service
-from pgtasks.plugins import call_isolated
 from pgtasks.states import JobStatus
 
-__all__ = ["Reaper", "ReaperConfig", "ReaperResult"]
+if TYPE_CHECKING:
+    import pluggy
 
-log = logging.getLogger("pgtasks.maintenance")
+__all__ = ["Reaper", "ReaperConfig", "ReaperResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +53,19 @@ class Reaper(Service):
     Lost jobs are retried at once, or failed with ``WORKER_LOST`` for tasks with
     ``retry_on_worker_lost=False`` and jobs out of attempts. ``FOR UPDATE SKIP
     LOCKED`` and the status check in the UPDATE make concurrent reapers safe: a
-    job that finished meanwhile is never touched.
+    job that finished meanwhile is never touched. The write, its log and the
+    ``pgtasks_job_reaped`` hook go through `pgtasks.completion.Completer`, the one
+    writer of job outcomes.
+
+    Args:
+        jobs: the job store (used through a reaping `Completer` when ``completer``
+            is not given).
+        workers: the worker registry (expired rows are forgotten).
+        config: the reaper's settings.
+        plugin_manager: where ``pgtasks_job_reaped`` goes (None: no hook), when
+            ``completer`` is not given.
+        now: pinned time for every run (tests); None: the database clock.
+        completer: the completer to write through (the worker passes its own).
     """
 
     name = "reaper"
@@ -67,29 +78,25 @@ class Reaper(Service):
         plugin_manager: pluggy.PluginManager | None = None,
         *,
         now: Now = None,
+        completer: Completer | None = None,
     ) -> None:
         super().__init__(config.interval)
-        self.jobs = jobs
+        self.completer = (
+            completer if completer is not None else Completer(jobs, plugin_manager=plugin_manager)
+        )
         self.workers = workers
         self.config = config
-        self.plugin_manager = plugin_manager
         self.now = now
 
     def run_once(self) -> ReaperResult:
-        """Reap once; returns counts."""
-        reaped = self.jobs.reap_lost(
+        """Reap once; returns counts.
+
+        Raises:
+            DatabaseError: a statement failed (the service retries on its next tick).
+        """
+        reaped = self.completer.reap_lost(
             lease_timeout=self.config.lease_timeout, limit=self.config.batch, now=self.now
         )
         requeued = sum(1 for r in reaped if r.status == JobStatus.QUEUED)
-        for r in reaped:
-            log.warning("reaped job %s (%s) of a lost worker: now %s", r.job_id, r.task_name, r.status)
-            if self.plugin_manager is not None:
-                call_isolated(
-                    self.plugin_manager,
-                    "pgtasks_job_reaped",
-                    job_id=r.job_id,
-                    task_name=r.task_name,
-                    new_status=r.status,
-                )
         forgotten = self.workers.prune_expired(older_than=self.config.forget_workers_after, now=self.now)
         return ReaperResult(requeued=requeued, failed=len(reaped) - requeued, workers_forgotten=forgotten)

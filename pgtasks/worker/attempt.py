@@ -6,13 +6,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pgtasks.app import CoreExecution
+from pgtasks.completion import Outcome
 from pgtasks.context import TaskContext
+from pgtasks.db.errors import error_record
 from pgtasks.errors import SerializationError
-from pgtasks.execution import call_task
+from pgtasks.execution import CoreExecution, call_task
 from pgtasks.serialization import dumps
-from pgtasks.states import JobStatus
-from pgtasks.worker.outcome import Outcome, decide, error_record
+from pgtasks.states import ErrorCode, FailureClass, JobStatus
+from pgtasks.worker.outcome import cancelled_outcome, decide
 
 __all__ = ["Success", "run_attempt"]
 
@@ -61,23 +62,15 @@ def run_attempt(context: TaskContext, *, cancelled: Any = None) -> Success | Out
             stored = dumps(result, "result")
         except SerializationError:
             stored = "null"
-        return Outcome(
-            JobStatus.CANCELLED,
-            {
-                "type": "Cancelled",
-                "code": "CANCELLED",
-                "class": "permanent",
-                "message": "cancelled while running; the task returned",
-            },
-            max_attempts=context.request.max_attempts,
-            result=_raw(stored),
+        return cancelled_outcome(
+            context.request, "cancelled while running; the task returned", result=_raw(stored)
         )
     try:
         return Success(result, dumps(result, "result"), runtime)
     except SerializationError as exc:
         return Outcome(
             JobStatus.FAILED,
-            error_record(exc, code="RESULT_NOT_SERIALIZABLE", klass="permanent"),
+            error_record(exc, code=ErrorCode.RESULT_NOT_SERIALIZABLE, klass=FailureClass.PERMANENT),
             max_attempts=context.request.max_attempts,
         )
 

@@ -53,6 +53,8 @@ class WorkerConfig:
             or ``"defer"`` (put them back for a worker that knows them, 60 s later).
         worker_id: explicit id (default `make_worker_id`).
         app_spec: ``module:attribute`` of the app, needed by the processes pool.
+        plugins: plugin modules (``--plugin``) the processes pool's children
+            register too (the worker's own app has them already).
     """
 
     queues: tuple[str, ...] = ("default",)
@@ -75,6 +77,7 @@ class WorkerConfig:
     unknown_tasks: str = "fail"
     worker_id: str = field(default="")
     app_spec: str | None = None
+    plugins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.queues or any(not isinstance(q, str) or not q for q in self.queues):

@@ -25,7 +25,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from pgtasks.errors import ConfigurationError, PgtasksError
 from pgtasks.loader import AppLoader, configure_logging
@@ -33,7 +33,12 @@ from pgtasks.worker.config import WorkerConfig
 from pgtasks.worker.worker import Worker
 
 if TYPE_CHECKING:
-    from pgtasks.app import App
+    from pgtasks.ports import Engine
+    from pgtasks.scheduler.service import SchedulerHost
+
+    class LaunchHost(Engine, SchedulerHost, Protocol):
+        """What a launched worker runs for: an `Engine` that can also host the scheduler (``-B``)."""
+
 
 __all__ = ["REEXEC_ENV", "WorkerLaunch", "main", "reexec", "reexec_allowed", "run"]
 
@@ -77,17 +82,20 @@ class WorkerLaunch:
         try:
             fields = json.loads(text)
             config = fields["config"]
-            fields["config"] = WorkerConfig(**{**config, "queues": tuple(config["queues"])})
+            tuples = {"queues": tuple(config["queues"]), "plugins": tuple(config.get("plugins", ()))}
+            fields["config"] = WorkerConfig(**{**config, **tuples})
             fields["plugins"] = tuple(fields["plugins"])
             return cls(**fields)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ConfigurationError(f"not a worker launch spec: {exc}") from None
 
 
-def run(launch: WorkerLaunch, app: App | None = None) -> int:
+def run(launch: WorkerLaunch, app: LaunchHost | None = None) -> int:
     """Run the worker until it stops; returns its exit code (see `Worker.run`).
 
-    ``app`` is the already loaded app, or None to load it from the launch.
+    ``app`` is the already loaded app, or None to load it from the launch. The
+    launch's plugin modules go to the worker's configuration too, for the
+    children of the processes pool.
 
     Raises:
         ConfigurationError: the app or a plugin cannot be loaded.
@@ -95,7 +103,10 @@ def run(launch: WorkerLaunch, app: App | None = None) -> int:
     """
     if app is None:
         app = AppLoader(app_spec=launch.app_spec, dsn=launch.dsn, plugins=launch.plugins).get()
-    worker = Worker(app, launch.config)
+    config = launch.config
+    if launch.plugins and not config.plugins:
+        config = dataclasses.replace(config, plugins=launch.plugins)
+    worker = Worker(app, config)
     if launch.beat:  # the worker's own reaper already recovers lost runs
         from pgtasks.scheduler import SchedulerConfig
         from pgtasks.scheduler import beat as scheduler_beside

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from pgtasks.db import Database
+from pgtasks.db import Database, JobStore
 from pgtasks.errors import DatabaseError
 
 __all__ = ["Listener"]
@@ -24,7 +24,8 @@ class Listener:
     """A thread holding a LISTEN connection for ``pgtasks_jobs`` and ``pgtasks_cancel``.
 
     Args:
-        store: where to connect.
+        database: where to connect (a dedicated connection, outside the pool).
+        jobs: the job store that issues the LISTEN statements on it.
         on_jobs: called with the payload of each "jobs enqueued" notification (a
             queue name, or ``queue:id`` for one job; see `pgtasks.worker.hints`).
         on_cancel: called with the job id of each cancellation request.
@@ -34,12 +35,15 @@ class Listener:
 
     def __init__(
         self,
-        store: Database,
+        database: Database,
+        jobs: JobStore,
+        *,
         on_jobs: Callable[[str], None],
         on_cancel: Callable[[int], None],
         on_reconnect: Callable[[], None],
     ) -> None:
-        self.store = store
+        self.database = database
+        self.jobs = jobs
         self.on_jobs = on_jobs
         self.on_cancel = on_cancel
         self.on_reconnect = on_reconnect
@@ -82,9 +86,9 @@ class Listener:
             log.exception("handling the %s notification %r failed", channel, payload)
 
     def _connect(self) -> psycopg.Connection[object]:
-        conn = self.store.connect()
-        self.store.execute("listen_jobs", conn=conn)
-        self.store.execute("listen_cancel", conn=conn)
+        conn = self.database.connect()
+        self.jobs.listen_jobs(conn=conn)
+        self.jobs.listen_cancel(conn=conn)
         self.backend_pid = conn.info.backend_pid
         return conn
 

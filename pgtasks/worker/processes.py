@@ -2,8 +2,9 @@
 
 Use it for CPU-bound tasks and when hard time limits or ``revoke(terminate=True)``
 must be enforced: the parent kills the child (SIGKILL) and starts a fresh one.
-Children are started with the ``spawn`` method and import the app from its path
-(``-A module:app``), so no connection or thread of the parent leaks into them.
+Children are started with the ``spawn`` method and load the app from its path
+(``-A module:app``) with the worker's plugin modules (`ChildSpec`), so no
+connection or thread of the parent leaks into them.
 
 A child that dies mid-job (killed, crashed, out of memory) ends the attempt as
 ``WORKER_LOST`` (transient), ``TIME_LIMIT`` when the parent killed it at the
@@ -21,24 +22,24 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from multiprocessing.sharedctypes import Synchronized
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pgtasks.completion import Outcome
 from pgtasks.context import TaskContext
-from pgtasks.errors import NotOwner, SoftTimeLimitExceeded
-from pgtasks.serialization import dumps, loads_json
-from pgtasks.states import JobStatus
+from pgtasks.db import JobStore
+from pgtasks.db.workers import worker_database
+from pgtasks.errors import SoftTimeLimitExceeded
+from pgtasks.serialization import loads_json
+from pgtasks.states import ErrorCode, FailureClass, JobStatus
 from pgtasks.worker.attempt import Success, run_attempt
-from pgtasks.worker.outcome import Outcome, decide
+from pgtasks.worker.outcome import cancelled_outcome, decide
 from pgtasks.worker.pool import HeldJob, ThreadPool
 
-if TYPE_CHECKING:
-    from pgtasks.worker.worker import Worker
-
-__all__ = ["ProcessPool"]
+__all__ = ["ChildSpec", "ProcessPool"]
 
 log = logging.getLogger("pgtasks.worker")
 
@@ -48,8 +49,30 @@ _CTX = multiprocessing.get_context("spawn")
 class WorkerLost(Exception):
     """The child process running a job died (killed, crashed, out of memory)."""
 
-    failure_class = "transient"
-    code = "WORKER_LOST"
+    failure_class = FailureClass.TRANSIENT
+    code = ErrorCode.WORKER_LOST
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSpec:
+    """Everything a child process needs, sent to it when it starts (picklable).
+
+    Attributes:
+        app_spec: ``module:attribute`` of the app (``-A``).
+        plugins: plugin modules (``--plugin``) to register in the child's app too.
+        dsn: the database (the worker's, already resolved).
+        prepare_threshold: psycopg's prepare threshold for the child's connections.
+        worker_id: the worker the child runs jobs for (progress reports are checked
+            against it).
+        max_tasks: jobs after which a child exits and is replaced (None: never).
+    """
+
+    app_spec: str
+    plugins: tuple[str, ...]
+    dsn: str
+    prepare_threshold: int | None
+    worker_id: str
+    max_tasks: int | None = None
 
 
 class _Slot:
@@ -70,17 +93,9 @@ class _Slot:
         if self.process is not None and self.process.is_alive():
             return
         parent_conn, child_conn = _CTX.Pipe()
-        worker = self.pool.worker
         process = _CTX.Process(
             target=_child_main,
-            args=(
-                worker.config.app_spec,
-                worker.app.store.dsn,
-                worker.id,
-                child_conn,
-                self.cancel_flag,
-                worker.config.max_tasks_per_child,
-            ),
+            args=(self.pool.spec, child_conn, self.cancel_flag),
             name=f"pgtasks-child-{self.index}",
             daemon=True,
         )
@@ -127,15 +142,15 @@ class ProcessPool:
     """``size`` slots, each a parent thread driving its own child process.
 
     Args:
-        worker: the owning worker (config, app, store).
+        spec: what the children need (app, plugins, database, worker id).
         size: slots (the worker's concurrency).
         finish: called with ``(held, Success | Outcome)`` when an attempt ends.
     """
 
     def __init__(
-        self, worker: Worker, size: int, finish: Callable[[HeldJob, Success | Outcome], None]
+        self, spec: ChildSpec, size: int, finish: Callable[[HeldJob, Success | Outcome], None]
     ) -> None:
-        self.worker = worker
+        self.spec = spec
         self.finish = finish
         self._slots = [_Slot(self, i) for i in range(size)]
         self._free: list[_Slot] = list(self._slots)
@@ -184,7 +199,7 @@ class ProcessPool:
         except (EOFError, OSError, BrokenPipeError):
             return self._child_died(slot, held)
         slot.jobs += 1
-        limit = self.worker.config.max_tasks_per_child
+        limit = self.spec.max_tasks
         if limit is not None and slot.jobs >= limit:
             # The child exits by itself after this reply: wait for it here, or the next
             # job could be sent to a child that is already on its way out.
@@ -198,13 +213,7 @@ class ProcessPool:
         slot.close()
         assert held.task is not None
         if slot.killed_for == "cancel":
-            error = {
-                "type": "Cancelled",
-                "code": "CANCELLED",
-                "class": "permanent",
-                "message": "terminated on request",
-            }
-            return Outcome(JobStatus.CANCELLED, error, max_attempts=held.request.max_attempts)
+            return cancelled_outcome(held.request, "terminated on request")
         if slot.killed_for == "time_limit":
             from pgtasks.worker.timelimits import HardTimeLimitExceeded
 
@@ -240,26 +249,21 @@ class ProcessPool:
 class _ChildRuntime:
     """`JobRuntime` inside a child: progress through its own store, cancel flag from the parent."""
 
-    def __init__(self, store: Any, worker_id: str, flag: Synchronized[int]) -> None:
-        self.store = store
+    def __init__(self, jobs: JobStore, worker_id: str, flag: Synchronized[int]) -> None:
+        self.jobs = jobs
         self.worker_id = worker_id
         self.flag = flag
 
-    def report_progress(self, job_id: int, counters: Any) -> bool:
-        row = self.store.fetch_one(
-            "job_report_progress",
-            {
-                "id": job_id,
-                "worker_id": self.worker_id,
-                "progress": dumps(dict(counters), "progress"),
-                "now": None,
-            },
-        )
-        if row is None:
-            raise NotOwner(job_id, self.worker_id)
-        if row["cancel_requested"]:
+    def report_progress(self, job_id: int, counters: Mapping[str, Any]) -> bool:
+        """Store progress counters (see `pgtasks.worker.Worker.report_progress`).
+
+        Raises:
+            NotOwner: the worker no longer holds the job.
+        """
+        requested = self.jobs.report_progress(id=job_id, worker_id=self.worker_id, progress=counters)
+        if requested:
             self.flag.value = 1
-        return bool(row["cancel_requested"])
+        return requested
 
     def is_cancelled(self, job_id: int) -> bool:
         return bool(self.flag.value)
@@ -285,28 +289,20 @@ def _die_with_parent() -> None:
         os._exit(1)  # the parent died before the request took effect
 
 
-def _child_main(  # noqa: PLR0917 - multiprocessing passes arguments positionally
-    app_spec: str,
-    dsn: str,
-    worker_id: str,
-    conn: multiprocessing.connection.Connection,
-    flag: Synchronized[int],
-    max_tasks: int | None,
+def _child_main(
+    spec: ChildSpec, conn: multiprocessing.connection.Connection, flag: Synchronized[int]
 ) -> None:
-    """Run jobs sent by the parent until told to stop (None) or ``max_tasks`` is reached."""
+    """Run jobs sent by the parent until told to stop (None) or ``spec.max_tasks`` is reached."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides about shutdown
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGALRM, _on_alarm)
     _die_with_parent()
-    from pgtasks.db import Database
-    from pgtasks.loader import load_app
+    from pgtasks.loader import AppLoader  # the child's own entry point: it loads the app
 
-    app = load_app(app_spec)
-    app.settings = replace(app.settings, dsn=dsn)
-    store = Database(
-        dsn, max_size=2, prepare_threshold=app.settings.prepare_threshold, session="worker_session_setup"
-    )
-    runtime = _ChildRuntime(store, worker_id, flag)
+    app = AppLoader(app_spec=spec.app_spec, dsn=spec.dsn, plugins=spec.plugins).get()
+    database = worker_database(spec.dsn, max_size=2, prepare_threshold=spec.prepare_threshold)
+    runtime = _ChildRuntime(JobStore(database), spec.worker_id, flag)
+    max_tasks = spec.max_tasks
     done = 0
     while True:
         try:

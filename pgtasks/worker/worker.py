@@ -7,7 +7,9 @@ One `Worker` per process. Its threads:
   finished job that may leave work behind, or by the poll timer (NOTIFY only
   wakes: polling always runs);
 * the pool (``threads`` or ``processes``) running jobs;
-* the completer writing successful results in batches;
+* the completer (`pgtasks.completion`), the one writer of outcomes: successful
+  results in batches from its thread, every other outcome from the thread
+  where the attempt ended;
 * the heartbeat (lease and cancellation requests), the reaper, the time-limit
   watchdog, and the listener.
 
@@ -30,21 +32,20 @@ from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
-from pgtasks.app import App
+from pgtasks.completion import Completer, Completion, Outcome
 from pgtasks.context import CLAIM_COLUMNS, TaskContext, request_from_claim
-from pgtasks.db import Database, JobStore, WorkerStore, bigint_array_literal, text_array_literal
-from pgtasks.errors import DatabaseError, NotOwner, SerializationError, TimeLimitExceeded
+from pgtasks.db import CancelRequest, JobStore, WorkerStore, text_array_literal
+from pgtasks.db.workers import worker_database
+from pgtasks.errors import DatabaseError, TimeLimitExceeded
 from pgtasks.maintenance import Reaper, ReaperConfig
 from pgtasks.plugins import call_isolated
-from pgtasks.serialization import dumps
-from pgtasks.states import JobStatus
+from pgtasks.ports import Engine
 from pgtasks.worker.attempt import Success, run_attempt
-from pgtasks.worker.completer import Completer, Completion
 from pgtasks.worker.config import WorkerConfig
 from pgtasks.worker.heartbeat import Heartbeat
 from pgtasks.worker.hints import WakeHints
 from pgtasks.worker.listener import Listener
-from pgtasks.worker.outcome import Outcome, decide, storable_text
+from pgtasks.worker.outcome import cancelled_outcome, decide, unknown_task_outcome
 from pgtasks.worker.pool import HeldJob, ThreadPool, deliver_pending_exception
 from pgtasks.worker.timelimits import TimeLimitWatchdog
 
@@ -59,7 +60,6 @@ UNKNOWN_TASK_DEFER = 60.0  # seconds a job of an unknown task waits before anoth
 # reads every queued entry instead: two index probes per group cost about as much as
 # reading a few hundred entries, and a queue with more groups than this is rarely idle.
 NEXT_RUN_AT_MAX_GROUPS = 100
-OUTCOME_NOT_RECORDED = "OUTCOME_NOT_RECORDED"  # error code when PostgreSQL refused an outcome
 _TASK_NAME = CLAIM_COLUMNS.index("task_name")
 _TENANT = CLAIM_COLUMNS.index("tenant")
 _QUEUE = CLAIM_COLUMNS.index("queue")
@@ -70,25 +70,31 @@ class Worker:
     """Runs jobs of an app's tasks from the given queues until stopped.
 
     Args:
-        app: the `App` whose tasks this worker runs.
+        app: what the worker runs jobs for (`pgtasks.ports.Engine`; a `pgtasks.App`
+            is one): its tasks, its plugin manager, its settings and database DSN.
+            The worker opens a `Database` of its own on that DSN.
         config: a `WorkerConfig` (default: one built from ``overrides``).
         overrides: `WorkerConfig` fields, when ``config`` is not given.
 
     Attributes:
         started: set once the worker is registered and claiming.
         stopped: set once it has shut down.
+        database: the worker's own `Database` (generic plans, no JIT).
+        jobs, workers: the typed stores over it.
     """
 
-    def __init__(self, app: App, config: WorkerConfig | None = None, **overrides: Any) -> None:
+    def __init__(self, app: Engine, config: WorkerConfig | None = None, **overrides: Any) -> None:
         self.app = app
         self.config = config or WorkerConfig(**overrides)
         self.id = self.config.worker_id
-        self.store = Database(
-            app.store.dsn,
+        self.plugin_manager = app.plugin_manager
+        self.database = worker_database(
+            app.stores.database.dsn,
             max_size=min(self.config.concurrency + 4, 32),
             prepare_threshold=app.settings.prepare_threshold,
-            session="worker_session_setup",
         )
+        self.jobs = JobStore(self.database)
+        self.workers = WorkerStore(self.database)
         self.started = threading.Event()
         self.stopped = threading.Event()
         # Finished attempts, counted per thread (only the owning thread writes its
@@ -120,15 +126,16 @@ class Worker:
         self._more = False
         self._pool: Any = None
         self._completer = Completer(
-            self.store,
+            self.jobs,
             self.id,
+            self.plugin_manager,
             batch=self.config.completion_batch,
             delay=self.config.completion_delay,
             on_written=self._on_written,
         )
         self._heartbeat = Heartbeat(
-            WorkerStore(self.store),
-            JobStore(self.store),
+            self.workers,
+            self.jobs,
             self.id,
             self.config.heartbeat_every,
             on_cancel=self._on_cancel,
@@ -136,10 +143,10 @@ class Worker:
             stopping=self._stopping.is_set,
         )
         self._reaper = Reaper(
-            JobStore(self.store),
-            WorkerStore(self.store),
+            self.jobs,
+            self.workers,
             ReaperConfig(interval=self.config.reap_interval, lease_timeout=self.config.lease_timeout),
-            app.plugin_manager,
+            completer=self._completer,
         )
         self._watchdog = TimeLimitWatchdog(
             self._held_jobs, on_hard_limit=self._on_hard_limit, soft_in_thread=self.config.pool == "threads"
@@ -147,7 +154,8 @@ class Worker:
         self._listener: Listener | None = None
         if self.config.listen:
             self._listener = Listener(
-                self.store,
+                self.database,
+                self.jobs,
                 on_jobs=self._on_jobs_notified,
                 on_cancel=self._on_cancel_notified,
                 on_reconnect=self._on_listener_reconnected,
@@ -188,7 +196,7 @@ class Worker:
             self.config.listen,
         )
         call_isolated(
-            self.app.plugin_manager,
+            self.plugin_manager,
             "pgtasks_worker_started",
             worker_id=self.id,
             queues=list(self.config.queues),
@@ -222,25 +230,30 @@ class Worker:
             os._exit(EXIT_FORCED)
 
     def _register(self) -> None:
-        self.store.fetch_one(
-            "worker_register",
-            {
-                "id": self.id,
-                "host": self.id.split(":")[0],
-                "pid": os.getpid(),
-                "queues": list(self.config.queues),
-                "concurrency": self.config.concurrency,
-                "pool": self.config.pool,
-                "lease_timeout": self.config.lease_timeout,
-                "now": None,
-            },
+        self.workers.register(
+            id=self.id,
+            host=self.id.split(":")[0],
+            pid=os.getpid(),
+            queues=self.config.queues,
+            concurrency=self.config.concurrency,
+            pool=self.config.pool,
+            lease_timeout=self.config.lease_timeout,
         )
 
     def _make_pool(self) -> Any:
         if self.config.pool == "processes":
-            from pgtasks.worker.processes import ProcessPool
+            from pgtasks.worker.processes import ChildSpec, ProcessPool
 
-            return ProcessPool(self, self.config.concurrency, self._finish)
+            assert self.config.app_spec is not None  # WorkerConfig requires it for this pool
+            spec = ChildSpec(
+                app_spec=self.config.app_spec,
+                plugins=self.config.plugins,
+                dsn=self.database.dsn,
+                prepare_threshold=self.app.settings.prepare_threshold,
+                worker_id=self.id,
+                max_tasks=self.config.max_tasks_per_child,
+            )
+            return ProcessPool(spec, self.config.concurrency, self._finish)
         return ThreadPool(self.config.concurrency, self._execute)
 
     # -- claiming ------------------------------------------------------------------
@@ -295,25 +308,17 @@ class Worker:
             polled = not self._wake.wait(wait)
 
     def _claim(self, limit: int) -> int:
-        params = {
-            "queues": self._queues,
-            "start_tenant": self._cursor,
-            "max_tenants": self.config.max_tenants_per_claim,
-            "limit": limit,
-            "now": None,
-            "fair": self.config.tenant_fair,
-            "worker_id": self.id,
-        }
+        start_tenant = self._cursor
         try:
-            rows = self.store.fetch_tuples("job_claim_batch", params)
+            rows = self._claim_batch(limit, start_tenant)
         except DatabaseError as exc:
             if exc.sqlstate != "23505":  # two workers raced for one lock key: claim again
                 raise
-            rows = self.store.fetch_tuples("job_claim_batch", params)
+            rows = self._claim_batch(limit, start_tenant)
         per_tenant = Counter((r[_QUEUE], r[_TENANT]) for r in rows)
         tenants = {tenant for _, tenant in per_tenant}
         self._more = len(rows) >= limit or (bool(rows) and max(per_tenant.values()) >= rows[0][_SHARE])
-        started_at_first_tenant = not params["start_tenant"]
+        started_at_first_tenant = not start_tenant
         self._drained = (
             started_at_first_tenant and not self._more and len(tenants) < self.config.max_tenants_per_claim
         )
@@ -330,11 +335,20 @@ class Worker:
             self._dispatch(row)
         return len(rows)
 
+    def _claim_batch(self, limit: int, start_tenant: str) -> list[tuple[Any, ...]]:
+        return self.jobs.claim_batch(
+            queues=self._queues,
+            worker_id=self.id,
+            limit=limit,
+            start_tenant=start_tenant,
+            max_tenants=self.config.max_tenants_per_claim,
+            fair=self.config.tenant_fair,
+        )
+
     def _claim_named(self, ids: list[int]) -> int:
         """Claim jobs named by notifications (`WakeHints`), by primary key; returns how many."""
-        params = {"ids": bigint_array_literal(ids), "queues": self._queues, "now": None, "worker_id": self.id}
         try:
-            rows = self.store.fetch_tuples("job_claim_ids", params)
+            rows = self.jobs.claim_ids(ids=ids, queues=self._queues, worker_id=self.id)
         except DatabaseError as exc:
             if exc.sqlstate != "23505":
                 raise
@@ -365,15 +379,12 @@ class Worker:
         return wait
 
     def _next_run_at(self) -> tuple[Any, Any]:
-        """(earliest run-at of a queued job in our queues or None, database now)."""
+        """(earliest run-at of a queued job in our queues or None, database now);
+        (None, None) when the database could not answer."""
         try:
-            row = self.store.fetch_one(
-                "job_next_run_at",
-                {"queues": self._queues, "now": None, "max_groups": NEXT_RUN_AT_MAX_GROUPS},
-            )
+            return self.jobs.next_run_at(queues=self._queues, max_groups=NEXT_RUN_AT_MAX_GROUPS)
         except DatabaseError:
             return None, None
-        return (row["run_at"], row["now"]) if row else (None, None)
 
     def _idle_wait(self, next_run_at: Any, now: Any) -> float:
         """Seconds to sleep after a claim that found less than it asked for.
@@ -409,6 +420,8 @@ class Worker:
         self._pool.submit(held)
 
     def _unknown_task(self, held: HeldJob) -> None:
+        """A claimed job of a task this worker does not know: defer it or fail it
+        (``config.unknown_tasks``)."""
         name = held.request.task_name
         if self.config.unknown_tasks == "defer":
             log.warning(
@@ -417,19 +430,12 @@ class Worker:
                 name,
                 UNKNOWN_TASK_DEFER,
             )
-            self.store.fetch_one(
-                "job_defer", {"id": held.id, "worker_id": self.id, "delay": UNKNOWN_TASK_DEFER, "now": None}
-            )
+            self._completer.defer(held.request, UNKNOWN_TASK_DEFER)
             return
         log.error("job %s: unknown task %r; failing it", held.id, name)
-        error = {
-            "type": "UnknownTask",
-            "code": "UNKNOWN_TASK",
-            "class": "permanent",
-            "message": f"task {name!r} is not registered on worker {self.id}; "
-            f"known tasks: {', '.join(sorted(self.app.tasks)) or 'none'}",
-        }
-        self._write_outcome(held, Outcome(JobStatus.FAILED, error, max_attempts=held.request.max_attempts))
+        self._completer.set_state_if_running(
+            held.request, unknown_task_outcome(held.request, self.id, self.app.tasks)
+        )
 
     # -- running -------------------------------------------------------------------
 
@@ -470,7 +476,7 @@ class Worker:
                     )
                 )
             else:
-                self._write_outcome(held, outcome)
+                self._completer.set_state_if_running(held.request, outcome)
         finally:
             self._held.pop(held.id, None)
             self._count_finished()
@@ -512,131 +518,11 @@ class Worker:
                 self._counts.append(counter)
         counter[0] += 1
 
-    def _write_outcome(self, held: HeldJob, outcome: Outcome) -> None:
-        """Store how an attempt ended; an outcome PostgreSQL refuses fails the job instead.
-
-        Without the fallback the job would stay ``running`` under this worker's live
-        lease (the reaper only takes jobs of dead workers) until the worker stops.
-        """
-        try:
-            self._store_outcome(held, outcome)
-        except (SerializationError, DatabaseError) as exc:
-            if outcome.error.get("code") == OUTCOME_NOT_RECORDED:
-                log.error("cannot record even the failure of job %s (%s)", held.id, exc)
-                return
-            log.error(
-                "job %s: its %s outcome cannot be stored (%s); failing it", held.id, outcome.status, exc
-            )
-            error = {
-                "type": type(exc).__name__,
-                "code": OUTCOME_NOT_RECORDED,
-                "class": "permanent",
-                "message": storable_text(
-                    f"the attempt ended {outcome.status} but that cannot be stored: {exc}"
-                ),
-            }
-            self._write_outcome(
-                held, Outcome(JobStatus.FAILED, error, max_attempts=held.request.max_attempts)
-            )
-
-    def _store_outcome(self, held: HeldJob, outcome: Outcome) -> None:
-        name = held.request.task_name
-        error_json = dumps(outcome.error, "error")
-        for attempt in range(5):
-            try:
-                if outcome.status == JobStatus.QUEUED:
-                    row = self.store.fetch_one(
-                        "job_retry",
-                        {
-                            "id": held.id,
-                            "worker_id": self.id,
-                            "delay": outcome.delay,
-                            "max_attempts": outcome.max_attempts,
-                            "error": error_json,
-                            "now": None,
-                        },
-                    )
-                    if row is not None:
-                        log.info(
-                            "job %s (%s) attempt %d failed: %s; retry in %.1fs",
-                            held.id,
-                            name,
-                            held.request.attempt,
-                            outcome.error.get("message"),
-                            outcome.delay,
-                        )
-                        call_isolated(
-                            self.app.plugin_manager,
-                            "pgtasks_job_retrying",
-                            job_id=held.id,
-                            task_name=name,
-                            error=outcome.error,
-                            delay=outcome.delay,
-                            attempt=held.request.attempt,
-                        )
-                else:
-                    result = getattr(outcome.result, "json", None)
-                    if result is None:
-                        result = dumps(outcome.result, "result") if outcome.result is not None else None
-                    row = self.store.fetch_one(
-                        "job_finish",
-                        {
-                            "id": held.id,
-                            "worker_id": self.id,
-                            "status": str(outcome.status),
-                            "error": error_json,
-                            "result": result,
-                            "now": None,
-                        },
-                    )
-                    if row is not None:
-                        log.log(
-                            logging.INFO if outcome.status == JobStatus.CANCELLED else logging.WARNING,
-                            "job %s (%s) %s: %s",
-                            held.id,
-                            name,
-                            outcome.status,
-                            outcome.error.get("message"),
-                        )
-                        call_isolated(
-                            self.app.plugin_manager,
-                            "pgtasks_job_failed",
-                            job_id=held.id,
-                            task_name=name,
-                            error=outcome.error,
-                            final_status=str(outcome.status),
-                        )
-                if row is None:
-                    log.warning(
-                        "job %s was no longer held by this worker; outcome %s dropped",
-                        held.id,
-                        outcome.status,
-                    )
-                return
-            except DatabaseError as exc:
-                if not exc.transient:
-                    raise
-                if attempt == 4:
-                    log.error(
-                        "cannot record outcome of job %s (%s); it will be recovered by lease", held.id, exc
-                    )
-                    return
-                time.sleep(0.1 * 2**attempt)
-
     def _on_written(self, done: list[Completion], lost: set[int]) -> None:
+        """After a success batch committed (the completer's thread): their lock keys
+        are free, so the keys' next jobs may be claimed now."""
         if any(c.lock_key is not None for c in done):
-            self._wake.set()  # their keys' next jobs may be claimed now
-        if not self.app.plugin_manager.hook.pgtasks_job_succeeded.get_hookimpls():
-            return
-        for c in done:
-            call_isolated(
-                self.app.plugin_manager,
-                "pgtasks_job_succeeded",
-                job_id=c.job_id,
-                task_name=c.task_name,
-                result=c.result,
-                runtime=c.runtime,
-            )
+            self._wake.set()
 
     # -- what a running task can ask (JobRuntime) ------------------------------------
 
@@ -646,15 +532,10 @@ class Worker:
         Raises:
             NotOwner: this worker does not hold the job (reaped, cancelled, finished).
         """
-        row = self.store.fetch_one(
-            "job_report_progress",
-            {"id": job_id, "worker_id": self.id, "progress": dumps(dict(counters), "progress"), "now": None},
-        )
-        if row is None:
-            raise NotOwner(job_id, self.id)
-        if row["cancel_requested"]:
+        requested = self.jobs.report_progress(id=job_id, worker_id=self.id, progress=counters)
+        if requested:
             self._on_cancel(job_id, False)
-        return bool(row["cancel_requested"])
+        return requested
 
     def is_cancelled(self, job_id: int) -> bool:
         """Whether cancellation of a held job was requested."""
@@ -671,19 +552,7 @@ class Worker:
         held.terminate = held.terminate or terminate
         if held.try_revoke():
             log.info("job %s cancelled before it started", job_id)
-            self._finish(
-                held,
-                Outcome(
-                    JobStatus.CANCELLED,
-                    {
-                        "type": "Cancelled",
-                        "code": "CANCELLED",
-                        "class": "permanent",
-                        "message": "cancelled before it started",
-                    },
-                    max_attempts=held.request.max_attempts,
-                ),
-            )
+            self._finish(held, cancelled_outcome(held.request, "cancelled before it started"))
         elif held.terminate and self._pool is not None:
             self._pool.terminate(held)
         else:
@@ -694,11 +563,11 @@ class Worker:
         if job_id not in self._held:
             return
         try:
-            requests = self.store.fetch_all("job_cancel_requested", {"worker_id": self.id})
+            requests = self.jobs.cancel_requested(worker_id=self.id)
         except DatabaseError:
-            requests = [{"id": job_id, "terminate": False}]  # the heartbeat will see the rest
+            requests = [CancelRequest(job_id, False)]  # the heartbeat will see the rest
         for r in requests:
-            self._on_cancel(int(r["id"]), bool(r["terminate"]))
+            self._on_cancel(r.job_id, r.terminate)
 
     def _on_hard_limit(self, job: HeldJob) -> None:
         if self.config.pool == "processes":
@@ -721,12 +590,14 @@ class Worker:
     def _shutdown(self) -> None:
         log.info("worker %s stopping (%s)", self.id, self._stop_reason)
         call_isolated(
-            self.app.plugin_manager, "pgtasks_worker_stopping", worker_id=self.id, reason=self._stop_reason
+            self.plugin_manager, "pgtasks_worker_stopping", worker_id=self.id, reason=self._stop_reason
         )
         if self._listener is not None:
             self._listener.stop()
         unstarted = [h.id for h in self._held_jobs() if h.try_revoke()]
-        self._release(unstarted, "not started")
+        self._completer.release(unstarted, "not started")
+        for i in unstarted:
+            self._held.pop(i, None)
         finished = self._pool.stop(self.config.shutdown_timeout) if self._pool is not None else True
         running = [] if finished else [h.id for h in self._held_jobs() if not h.finished]
         if running:
@@ -745,20 +616,9 @@ class Worker:
         self._heartbeat.stop()
         try:
             if not running:  # else the worker row stays, for its lease to expire
-                self.store.execute("worker_unregister", {"id": self.id})
+                self.workers.unregister(id=self.id)
         except DatabaseError as exc:
             log.warning("could not unregister worker %s (%s); its lease will expire", self.id, exc)
-        self.store.close()
+        self.database.close()
         self.stopped.set()
         log.info("worker %s stopped after %d jobs", self.id, self.processed)
-
-    def _release(self, ids: list[int], why: str) -> None:
-        if not ids:
-            return
-        try:
-            rows = self.store.fetch_all("job_release", {"ids": ids, "worker_id": self.id})
-            log.info("handed back %d job(s) (%s)", len(rows), why)
-        except DatabaseError as exc:
-            log.warning("could not hand back jobs %s (%s); they will be recovered by lease", ids, exc)
-        for i in ids:
-            self._held.pop(i, None)

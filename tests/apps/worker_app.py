@@ -67,7 +67,7 @@ def _conn(dsn: str) -> psycopg.Connection[Any]:
 def ledger_start(ctx: TaskContext, note: str | None = None) -> int:
     """Record that this attempt started; returns the ledger row id."""
     row = (
-        _conn(ctx.app.store.dsn)
+        _conn(ctx.app.stores.database.dsn)
         .execute(
             "INSERT INTO public.ledger (job_id, attempt, worker_pid, worker_id, note)"
             " VALUES (%s, %s, %s, %s, %s) RETURNING id",
@@ -81,7 +81,7 @@ def ledger_start(ctx: TaskContext, note: str | None = None) -> int:
 
 def ledger_finish(ctx: TaskContext, entry: int, note: str | None = None) -> None:
     """Record that the attempt of ledger row ``entry`` finished."""
-    _conn(ctx.app.store.dsn).execute(
+    _conn(ctx.app.stores.database.dsn).execute(
         "UPDATE public.ledger SET finished_at = clock_timestamp(), note = coalesce(%s, note) WHERE id = %s",
         (note, entry),
     )
@@ -89,7 +89,11 @@ def ledger_finish(ctx: TaskContext, entry: int, note: str | None = None) -> None
 
 def flag_set(ctx: TaskContext, name: str) -> bool:
     """Whether the test raised flag ``name``."""
-    row = _conn(ctx.app.store.dsn).execute("SELECT 1 FROM public.flags WHERE name = %s", (name,)).fetchone()
+    row = (
+        _conn(ctx.app.stores.database.dsn)
+        .execute("SELECT 1 FROM public.flags WHERE name = %s", (name,))
+        .fetchone()
+    )
     return row is not None
 
 

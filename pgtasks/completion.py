@@ -1,0 +1,401 @@
+"""The completer: the one component that writes how a running job ended.
+
+Which code writes a job's status? This module, through `Completer`:
+
+* successes, batched (`Completer.add`): a finished job's result waits at most
+  ``delay`` seconds (or until ``batch`` results are pending) and is written with
+  the others in one UPDATE. A job is reported succeeded only by that committed
+  write; until then it stays ``running`` and is recovered by the reaper if the
+  worker dies, so no guarantee is weakened;
+* every other outcome of an attempt (retry, failed, partial_failure, cancelled,
+  before or while it ran), through one path, `Completer.set_state_if_running`:
+  the write applies only while the job is ``running`` and held by this worker,
+  and says whether it did. An outcome PostgreSQL refuses fails the job with
+  ``OUTCOME_NOT_RECORDED`` instead;
+* a claimed job handed back without using its attempt: `Completer.defer` (a task
+  this worker does not know) and `Completer.release` (not started at shutdown);
+* the recovery of lost workers' jobs (`Completer.reap_lost`, for
+  `pgtasks.maintenance.Reaper`).
+
+Logs and the plugin hooks ``pgtasks_job_succeeded``, ``pgtasks_job_retrying``,
+``pgtasks_job_failed`` and ``pgtasks_job_reaped`` fire here, after the write.
+What an attempt's outcome is (status, error record, delay) is decided in
+`pgtasks.worker.outcome`; error records are built by `pgtasks.db.errors`.
+This module imports neither the worker nor the application: the maintenance
+services use it too.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pgtasks.db import JobStore, Now, ReapedJob
+from pgtasks.db.errors import plain_error
+from pgtasks.errors import DatabaseError, SerializationError
+from pgtasks.plugins import call_isolated
+from pgtasks.serialization import dumps
+from pgtasks.states import ErrorCode, JobStatus
+
+if TYPE_CHECKING:
+    import pluggy
+
+    from pgtasks.context import Request
+
+__all__ = ["Completer", "Completion", "Outcome"]
+
+log = logging.getLogger("pgtasks.worker")
+reaper_log = logging.getLogger("pgtasks.maintenance")
+
+_TRANSIENT_TRIES = 5  # writes of one outcome tried on transient errors, 0.1 s doubling between
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How an attempt ended, other than by success: what `Completer.set_state_if_running` writes.
+
+    Attributes:
+        status: the next status: ``queued`` (retry), ``failed``, ``partial_failure``,
+            ``cancelled``.
+        error: the error record (`pgtasks.db.errors`: type, message, code, class,
+            traceback).
+        delay: seconds until the retry (for ``queued``).
+        max_attempts: attempts now allowed (raised by ``retry(max_retries=)``).
+        result: stored result (``partial_failure``, or what a cancelled task
+            returned); an object with a ``json`` attribute is stored as that text.
+    """
+
+    status: JobStatus
+    error: dict[str, Any]
+    delay: float = 0.0
+    max_attempts: int = 1
+    result: Any = None
+
+
+@dataclass(slots=True)
+class Completion:
+    """A successful attempt waiting to be written (one per job: not frozen, see
+    `pgtasks.worker.attempt.Success`).
+
+    Attributes:
+        job_id, task_name: the job. result_json: its result as JSON text.
+        result: the result itself (for ``pgtasks_job_succeeded``).
+        runtime: seconds the attempt ran.
+        lock_key: the job's lock key; written, the job frees it for its next job.
+    """
+
+    job_id: int
+    task_name: str
+    result_json: str
+    result: Any
+    runtime: float
+    lock_key: str | None = None
+
+
+class Completer:
+    """Writes the outcomes of jobs (see the module docstring); successes from one thread.
+
+    Args:
+        jobs: the job store (over the worker's `pgtasks.db.Database`).
+        worker_id: the worker whose jobs these are: only jobs it still holds are
+            written. None for a completer that only reaps (`reap_lost`), as the
+            scheduler's reaper uses.
+        plugin_manager: where the ``pgtasks_job_*`` hooks go (None: no hooks).
+        batch: most results per statement.
+        delay: seconds a result may wait for company.
+        on_written: called after each success batch commits with the completions
+            written and the ids that were no longer held (reaped or cancelled
+            meanwhile); the worker wakes its claim loop there.
+    """
+
+    def __init__(
+        self,
+        jobs: JobStore,
+        worker_id: str | None = None,
+        plugin_manager: pluggy.PluginManager | None = None,
+        *,
+        batch: int = 500,
+        delay: float = 0.002,
+        on_written: Callable[[list[Completion], set[int]], None] | None = None,
+    ) -> None:
+        self.jobs = jobs
+        self.worker_id = worker_id
+        self.plugin_manager = plugin_manager
+        self.batch = batch
+        self.delay = delay
+        self.on_written = on_written
+        # Pool threads append to a deque (atomic, no lock to contend for) and set an
+        # event when the writer may be asleep; the writer drains up to a batch.
+        self._pending: collections.deque[Completion] = collections.deque()
+        self._ready = threading.Event()  # something may be pending
+        self._full = threading.Event()  # a batch is full
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.written = 0
+
+    def _owner(self) -> str:
+        if self.worker_id is None:
+            raise RuntimeError("this completer only reaps: it was made without a worker id")
+        return self.worker_id
+
+    def _hook(self, name: str, **kwargs: Any) -> None:
+        if self.plugin_manager is not None:
+            call_isolated(self.plugin_manager, name, **kwargs)
+
+    # -- successes, batched ----------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the thread writing successes."""
+        self._thread = threading.Thread(target=self._run, name="pgtasks-completer", daemon=True)
+        self._thread.start()
+
+    def add(self, completion: Completion) -> None:
+        """Queue a success for the next batch (safe from any thread, lock-free)."""
+        self._pending.append(completion)
+        if not self._ready.is_set():
+            self._ready.set()
+        if len(self._pending) >= self.batch and not self._full.is_set():
+            self._full.set()
+
+    def pending(self) -> int:
+        """Successes not yet written."""
+        return len(self._pending)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Write what is pending, then stop the thread."""
+        self._stop = True
+        self._ready.set()
+        self._full.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _take(self) -> list[Completion] | None:
+        """The next batch to write; None once stopped with nothing pending."""
+        pending = self._pending
+        while True:
+            self._ready.wait()
+            if not pending:
+                if self._stop:
+                    return None
+                self._clear_ready_if_empty()
+                continue
+            if len(pending) < self.batch and not self._stop:
+                self._full.wait(self.delay)  # let results from other threads join
+            self._full.clear()
+            taken = [pending.popleft() for _ in range(min(len(pending), self.batch))]
+            self._clear_ready_if_empty()
+            return taken
+
+    def _clear_ready_if_empty(self) -> None:
+        if not self._pending:
+            self._ready.clear()
+            if self._pending or self._stop:  # added or stopped meanwhile: its set() was lost
+                self._ready.set()
+
+    def _run(self) -> None:
+        while (items := self._take()) is not None:
+            self._write_successes(items)
+
+    def _write_successes(self, items: list[Completion]) -> None:
+        worker_id = self._owner()
+        delay = 0.05
+        while True:
+            try:
+                ids = self.jobs.succeed_batch(
+                    worker_id=worker_id,
+                    ids=[c.job_id for c in items],
+                    results_json=[c.result_json for c in items],
+                )
+                break
+            except DatabaseError as exc:
+                if not exc.transient:
+                    log.error(
+                        "cannot record %d results (%s); their jobs will be recovered by lease",
+                        len(items),
+                        exc,
+                    )
+                    return
+                log.warning("recording results failed (%s); retrying in %.2fs", exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        done_ids = set(ids)
+        lost = {c.job_id for c in items} - done_ids
+        self.written += len(done_ids)
+        if lost:
+            log.warning("jobs %s were no longer held by this worker; results dropped", sorted(lost))
+        done = [c for c in items if c.job_id in done_ids]
+        if self.on_written is not None:
+            self.on_written(done, lost)
+        pm = self.plugin_manager
+        if pm is None or not pm.hook.pgtasks_job_succeeded.get_hookimpls():
+            return
+        for c in done:
+            call_isolated(
+                pm,
+                "pgtasks_job_succeeded",
+                job_id=c.job_id,
+                task_name=c.task_name,
+                result=c.result,
+                runtime=c.runtime,
+            )
+
+    # -- every other outcome: one path ------------------------------------------------
+
+    def set_state_if_running(self, request: Request, outcome: Outcome) -> bool:
+        """Write a non-success outcome if the job is still running and held by this worker.
+
+        A retry puts the job back in the queue (``outcome.delay`` seconds on); any
+        other status ends it. Transient database errors are retried a few times
+        (then the job is left to the lease); an outcome PostgreSQL refuses (a
+        record it cannot store) fails the job with ``OUTCOME_NOT_RECORDED``
+        instead, or else the job would stay ``running`` under this worker's live
+        lease until the worker stops.
+
+        Args:
+            request: the attempt's request (job id, task name, attempt number,
+                attempts allowed).
+            outcome: what to write.
+
+        Returns:
+            Whether the write applied (False: the job was no longer held, was
+            reaped or cancelled meanwhile, or nothing could be written).
+        """
+        try:
+            return self._write_state(request, outcome)
+        except (SerializationError, DatabaseError) as exc:
+            if outcome.error.get("code") == ErrorCode.OUTCOME_NOT_RECORDED:
+                log.error("cannot record even the failure of job %s (%s)", request.id, exc)
+                return False
+            log.error(
+                "job %s: its %s outcome cannot be stored (%s); failing it", request.id, outcome.status, exc
+            )
+            error = plain_error(
+                type(exc).__name__,
+                ErrorCode.OUTCOME_NOT_RECORDED,
+                f"the attempt ended {outcome.status} but that cannot be stored: {exc}",
+            )
+            fallback = Outcome(JobStatus.FAILED, error, max_attempts=request.max_attempts)
+            return self.set_state_if_running(request, fallback)
+
+    def _write_state(self, request: Request, outcome: Outcome) -> bool:
+        job_id: int = request.id  # type: ignore[assignment]  # a claimed job always has one
+        worker_id = self._owner()
+        for attempt in range(_TRANSIENT_TRIES):
+            try:
+                if outcome.status == JobStatus.QUEUED:
+                    applied = self.jobs.retry(
+                        id=job_id,
+                        worker_id=worker_id,
+                        delay=outcome.delay,
+                        max_attempts=outcome.max_attempts,
+                        error=outcome.error,
+                    )
+                else:
+                    result = getattr(outcome.result, "json", None)
+                    if result is None and outcome.result is not None:
+                        result = dumps(outcome.result, "result")
+                    applied = self.jobs.finish(
+                        id=job_id,
+                        worker_id=worker_id,
+                        status=str(outcome.status),
+                        error=outcome.error,
+                        result_json=result,
+                    )
+            except DatabaseError as exc:
+                if not exc.transient:
+                    raise
+                if attempt == _TRANSIENT_TRIES - 1:
+                    log.error(
+                        "cannot record outcome of job %s (%s); it will be recovered by lease", job_id, exc
+                    )
+                    return False
+                time.sleep(0.1 * 2**attempt)
+                continue
+            if applied:
+                self._announce(request, outcome)
+            else:
+                log.warning(
+                    "job %s was no longer held by this worker; outcome %s dropped", job_id, outcome.status
+                )
+            return applied
+        return False  # pragma: no cover - the loop returns
+
+    def _announce(self, request: Request, outcome: Outcome) -> None:
+        """Log a written outcome and call its hook."""
+        name = request.task_name
+        message = outcome.error.get("message")
+        if outcome.status == JobStatus.QUEUED:
+            log.info(
+                "job %s (%s) attempt %d failed: %s; retry in %.1fs",
+                request.id,
+                name,
+                request.attempt,
+                message,
+                outcome.delay,
+            )
+            self._hook(
+                "pgtasks_job_retrying",
+                job_id=request.id,
+                task_name=name,
+                error=outcome.error,
+                delay=outcome.delay,
+                attempt=request.attempt,
+            )
+            return
+        level = logging.INFO if outcome.status == JobStatus.CANCELLED else logging.WARNING
+        log.log(level, "job %s (%s) %s: %s", request.id, name, outcome.status, message)
+        self._hook(
+            "pgtasks_job_failed",
+            job_id=request.id,
+            task_name=name,
+            error=outcome.error,
+            final_status=str(outcome.status),
+        )
+
+    # -- handing claimed jobs back (the attempt is not used) -----------------------------
+
+    def defer(self, request: Request, delay: float) -> bool:
+        """Hand a claimed job back, due in ``delay`` seconds, without using an attempt
+        (a task this worker does not know); returns whether it was still held.
+
+        Raises:
+            DatabaseError: the job could not be handed back (the lease recovers it).
+        """
+        job_id: int = request.id  # type: ignore[assignment]  # a claimed job always has one
+        return self.jobs.defer(id=job_id, worker_id=self._owner(), delay=delay)
+
+    def release(self, ids: Sequence[int], why: str) -> int:
+        """Hand back claimed jobs that never started; returns how many were still held.
+
+        A database error is logged, not raised: the jobs are recovered by lease then.
+        """
+        if not ids:
+            return 0
+        try:
+            count = self.jobs.release(ids=ids, worker_id=self._owner())
+        except DatabaseError as exc:
+            log.warning("could not hand back jobs %s (%s); they will be recovered by lease", list(ids), exc)
+            return 0
+        log.info("handed back %d job(s) (%s)", count, why)
+        return count
+
+    # -- recovering lost workers' jobs ---------------------------------------------------
+
+    def reap_lost(self, *, lease_timeout: float, limit: int, now: Now = None) -> list[ReapedJob]:
+        """Recover up to ``limit`` running jobs whose worker's lease expired (retried,
+        or failed ``WORKER_LOST``; see `JobStore.reap_lost`); returns them.
+
+        Raises:
+            DatabaseError: the statement failed (the next reaper run tries again).
+        """
+        reaped = self.jobs.reap_lost(lease_timeout=lease_timeout, limit=limit, now=now)
+        for r in reaped:
+            reaper_log.warning("reaped job %s (%s) of a lost worker: now %s", r.job_id, r.task_name, r.status)
+            self._hook("pgtasks_job_reaped", job_id=r.job_id, task_name=r.task_name, new_status=r.status)
+        return reaped

@@ -1,0 +1,74 @@
+"""Error records: the stored form of how an attempt failed (the jobs' ``error`` column).
+
+An error record is a plain dict of JSON text values, so that `pgtasks.serialization.dumps`
+writes it as it is: ``type`` (the exception's class name), ``module``, ``message``,
+``code`` (an `ErrorCode`, or the exception's own code), ``class`` (a `FailureClass`)
+and, for exceptions, ``traceback``. Every text is made storable first: jsonb
+refuses NUL characters and lone surrogates, and an exception about binary data must
+not make its own failure unrecordable.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from pgtasks.states import ErrorCode, FailureClass
+
+__all__ = ["error_record", "plain_error", "storable_text"]
+
+TRACEBACK_LIMIT = 16_000  # characters kept of a traceback (its end: the innermost frames)
+
+
+def storable_text(text: str) -> str:
+    """``text`` with what jsonb refuses escaped: NUL as ``\\x00``, lone surrogates as ``\\udXXX``."""
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def plain_error(
+    type_name: str, code: ErrorCode | str, message: str, klass: FailureClass = FailureClass.PERMANENT
+) -> dict[str, Any]:
+    """An error record without an exception: ``{"type", "code", "class", "message"}``.
+
+    Args:
+        type_name: what ended the attempt (``"Cancelled"``, ``"UnknownTask"`` ...).
+        code: the record's code. klass: transient or permanent (default permanent).
+        message: for people; made storable here.
+    """
+    return {
+        "type": type_name,
+        "code": str(code),
+        "class": str(klass),
+        "message": storable_text(message),
+    }
+
+
+def error_record(
+    exc: BaseException,
+    *,
+    code: ErrorCode | str | None = None,
+    klass: FailureClass | str = FailureClass.PERMANENT,
+) -> dict[str, Any]:
+    """The stored form of an exception: type, module, message, code, class and traceback.
+
+    Args:
+        exc: the exception.
+        code: the record's code; default the exception's ``code`` attribute, else its
+            class name in upper case.
+        klass: the failure class (`FailureClass` or its value).
+
+    Returns:
+        The record; enum members are turned into their plain values (the
+        serializer writes exact ``str`` only), the traceback is cut to its last
+        ``TRACEBACK_LIMIT`` characters.
+    """
+    text = "".join(traceback.format_exception(exc))
+    code = code or getattr(exc, "code", None) or type(exc).__name__.upper()
+    return {
+        "type": type(exc).__qualname__,
+        "module": type(exc).__module__,
+        "message": storable_text(str(exc)),
+        "code": str(code) if isinstance(code, str) else code,  # an enum member: its plain value
+        "class": str(klass),
+        "traceback": storable_text(text[-TRACEBACK_LIMIT:]),
+    }
