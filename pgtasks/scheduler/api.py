@@ -30,6 +30,7 @@ from pgtasks.errors import InvalidSchedule, RunAlreadyActive, ScheduleNotFound
 from pgtasks.ports import Engine
 from pgtasks.records import Run, Schedule
 from pgtasks.result import AsyncResult
+from pgtasks.scheduler.definitions import check_cycles, write_schedule
 from pgtasks.scheduler.runs import RunEvent, emit, insert_run, requested_by_default
 from pgtasks.scheduler.spec import (
     DEFAULT_CATCH_UP_LIMIT,
@@ -103,28 +104,6 @@ class SchedulesHost(Engine, Protocol):
     @property
     def tasks(self) -> MutableMapping[str, Task]:
         """Every registered task by its name."""
-
-
-def _find_cycle(edges: Mapping[str, Iterable[str]], start: str) -> list[str] | None:
-    """A dependency cycle through ``start`` (``[start, ..., start]``), or None."""
-    path: list[str] = []
-    seen: set[str] = set()
-
-    def visit(node: str) -> list[str] | None:
-        for nxt in edges.get(node, ()):
-            if nxt == start:
-                return [*path, nxt]
-            if nxt not in seen:
-                seen.add(nxt)
-                path.append(nxt)
-                found = visit(nxt)
-                if found:
-                    return found
-                path.pop()
-        return None
-
-    path.append(start)
-    return visit(start)
 
 
 class Schedules:
@@ -244,11 +223,13 @@ class Schedules:
                 with self._stores.database.transaction() as tx:
                     at = now or self._db_now(tx)
                     for spec in specs:
-                        outcome = self._write(tx, spec, source="code", now=at, replace=True)
+                        outcome = write_schedule(
+                            self._stores.schedules, tx, spec, source="code", now=at, replace=True
+                        )
                         {"created": created, "updated": updated, "unchanged": unchanged}[outcome].append(
                             spec.name
                         )
-                    self._check_cycles(tx, specs)
+                    check_cycles(self._stores.schedules, tx, specs)
             self._synced = True
             return SyncResult(tuple(created), tuple(updated), tuple(unchanged))
 
@@ -324,9 +305,14 @@ class Schedules:
         self._ensure_synced()
         with self._stores.database.transaction() as tx:
             at = now or self._db_now(tx)
-            if self._write(tx, spec, source="api", now=at, replace=False, paused=paused) != "created":
+            if (
+                write_schedule(
+                    self._stores.schedules, tx, spec, source="api", now=at, replace=False, paused=paused
+                )
+                != "created"
+            ):
                 raise InvalidSchedule(f"a schedule named {name!r} already exists; change() it or delete() it")
-            self._check_cycles(tx, [spec])
+            check_cycles(self._stores.schedules, tx, [spec])
         return self.get(name)
 
     def change(self, name: str, /, *, now: datetime | None = None, **changes: Any) -> Schedule:
@@ -386,8 +372,10 @@ class Schedules:
                     fields["lock_key"] = None
             spec = ScheduleSpec(**fields)
             at = now or self._db_now(tx)
-            self._write(tx, spec, source=row["source"], now=at, replace=True, force=True)
-            self._check_cycles(tx, [spec])
+            write_schedule(
+                self._stores.schedules, tx, spec, source=row["source"], now=at, replace=True, force=True
+            )
+            check_cycles(self._stores.schedules, tx, [spec])
         return self.get(name)
 
     def delete(self, name: str) -> None:
@@ -570,71 +558,3 @@ class Schedules:
 
     def _db_now(self, conn: AnyConnection | None) -> datetime:
         return self._stores.database.now(conn=conn)
-
-    def _write(
-        self,
-        tx: AnyConnection,
-        spec: ScheduleSpec,
-        *,
-        source: str,
-        now: datetime,
-        replace: bool,
-        paused: bool = False,
-        force: bool = False,
-    ) -> str:
-        """Insert or replace ``spec``; returns ``created``, ``updated`` or ``unchanged``."""
-        schedules = self._stores.schedules
-        cron = spec.cron_schedule()
-        for _ in range(2):
-            row = schedules.get_for_update(name=spec.name, conn=tx)
-            if row is None:
-                created = schedules.insert(
-                    definition=spec.params(),
-                    source=source,
-                    paused=paused,
-                    paused_by=requested_by_default() if paused else None,
-                    next_fire_at=None if cron is None else cron.next_fire(now),
-                    now=now,
-                    conn=tx,
-                )
-                if created:
-                    return "created"
-                continue  # created meanwhile by another process: now locked and replaced below
-            if not replace:
-                return "exists"
-            same_time_rule = row["cron"] == spec.cron and row["timezone"] == spec.timezone
-            if (
-                not force
-                and row["source"] == source
-                and row["invalid_reason"] is None
-                and spec.same_definition(row)
-                and (row["next_fire_at"] is not None or cron is None)
-            ):
-                return "unchanged"
-            if cron is None:
-                next_fire = None
-            elif same_time_rule and row["next_fire_at"] is not None:
-                next_fire = row["next_fire_at"]
-            else:
-                next_fire = cron.next_fire(now)
-            updated = schedules.update_definition(
-                definition=spec.params(),
-                source=source,
-                next_fire_at=next_fire,
-                expected_next_fire_at=row["next_fire_at"],
-                now=now,
-                conn=tx,
-            )
-            if not updated:
-                raise InvalidSchedule(f"schedule {spec.name!r} changed while it was being written; try again")
-            return "updated"
-        raise InvalidSchedule(f"schedule {spec.name!r} could not be written; try again")
-
-    def _check_cycles(self, tx: AnyConnection, specs: Iterable[ScheduleSpec]) -> None:
-        edges = self._stores.schedules.dependency_edges(conn=tx)
-        for spec in specs:
-            cycle = _find_cycle(edges, spec.name)
-            if cycle:
-                raise InvalidSchedule(
-                    f"schedule {spec.name!r} would form a dependency cycle: {' -> '.join(cycle)}"
-                )
