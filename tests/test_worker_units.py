@@ -18,11 +18,12 @@ from apps.worker_app import ledger_rows, make_app, one, raise_flag, rows, setup_
 from helpers import eventually
 
 import pgtasks
-from pgtasks.completion import Completer, Completion
+from pgtasks.completion import Completer, Completion, Outcome
 from pgtasks.context import CLAIM_COLUMNS, Request
-from pgtasks.db import Database, JobStore, WorkerStore, text_array_literal
+from pgtasks.db import Database, JobStore, ReapedJob, WorkerStore, text_array_literal
 from pgtasks.errors import Retry
 from pgtasks.maintenance import Reaper, ReaperConfig
+from pgtasks.states import JobStatus
 from pgtasks.task import MAX_DELAY, UNLIMITED_ATTEMPTS, TaskOptions, backoff_delay
 from pgtasks.worker import Worker, WorkerConfig
 from pgtasks.worker.heartbeat import Heartbeat
@@ -425,6 +426,69 @@ def test_completer_writes_every_result_added_from_many_threads(
     completer.stop()
     assert sorted(written) == sorted(ids)
     assert one(conn, "SELECT count(*) FROM pgtasks.jobs WHERE status = 'succeeded'") == 800
+
+
+def test_every_other_outcome_goes_through_one_path_that_says_whether_it_applied(
+    app: pgtasks.App, store: Database, conn: psycopg.Connection[Any]
+) -> None:
+    task = app.task(name="t")(lambda: None)
+    retried, failed, taken = (task.delay().id for _ in range(3))
+    register(store, "c", None)
+    claim(store, "c", None)
+    conn.execute("UPDATE pgtasks.jobs SET worker_id = 'someone-else' WHERE id = %s", (taken,))
+    seen: list[tuple[str, int]] = []
+
+    class Recorder:
+        @pgtasks.hookimpl
+        def pgtasks_job_retrying(self, job_id: int) -> None:
+            seen.append(("retrying", job_id))
+
+        @pgtasks.hookimpl
+        def pgtasks_job_failed(self, job_id: int, final_status: str) -> None:
+            seen.append((final_status, job_id))
+
+    app.plugin_manager.register(Recorder())
+    completer = Completer(JobStore(store), "c", app.plugin_manager)
+    error = {"type": "E", "code": "E", "class": "transient", "message": "m"}
+
+    def request(job_id: int) -> Request:
+        return Request(id=job_id, task_name="t", attempt=1, max_attempts=3)
+
+    retry = Outcome(JobStatus.QUEUED, error, delay=60.0, max_attempts=3)
+    fail = Outcome(JobStatus.FAILED, error, max_attempts=3)
+    assert completer.set_state_if_running(request(retried), retry) is True
+    assert completer.set_state_if_running(request(failed), fail) is True
+    # Not held by this worker (reaped and taken by another, say): nothing written, no hook.
+    assert completer.set_state_if_running(request(taken), fail) is False
+    # Written once: the job no longer runs, so a second write changes nothing.
+    assert completer.set_state_if_running(request(failed), fail) is False
+    assert [status(conn, i) for i in (retried, failed, taken)] == ["queued", "failed", "running"]
+    assert seen == [("retrying", retried), ("failed", failed)]
+
+
+def test_the_reaper_writes_through_the_completer_it_is_given(
+    app: pgtasks.App, store: Database, conn: psycopg.Connection[Any]
+) -> None:
+    task = app.task(name="t")(lambda: None)
+    lost = task.delay().id
+    t0 = one(conn, "SELECT now()") + SECOND
+    register(store, "dead", t0)
+    claim(store, "dead", t0)
+    reaps: list[int] = []
+
+    class Counting(Completer):
+        def reap_lost(self, **kwargs: Any) -> list[ReapedJob]:
+            reaped = super().reap_lost(**kwargs)
+            reaps.extend(r.job_id for r in reaped)
+            return reaped
+
+    completer = Counting(JobStore(store), "alive")
+    reaper = Reaper(
+        JobStore(store), WorkerStore(store), ReaperConfig(), now=t0 + 31 * SECOND, completer=completer
+    )
+    assert reaper.run_once().requeued == 1
+    assert reaps == [lost]
+    assert status(conn, lost) == "queued"
 
 
 def test_completer_stops_at_once_when_idle(store: Database) -> None:
