@@ -70,6 +70,7 @@ class ErrorCode(enum.StrEnum):
     WORKER_LOST = "WORKER_LOST"  # its worker (or worker process) died; written by job_reap_lost too
     TIME_LIMIT = "TIME_LIMIT"  # the hard or soft time limit ended it
     RETRY = "RETRY"  # the task asked for a retry without an exception
+    MAX_RETRIES_EXCEEDED = "MAX_RETRIES_EXCEEDED"  # it asked for a retry past the attempts allowed
     REJECTED = "REJECTED"  # the task raised Reject
     PARTIAL_FAILURE = "PARTIAL_FAILURE"  # the task reported a partial outcome
     RESULT_NOT_SERIALIZABLE = "RESULT_NOT_SERIALIZABLE"  # its return value cannot be stored

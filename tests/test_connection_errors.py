@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgtasks.errors import ConnectionFailed
 from pgtasks.db import Database
+from pgtasks.errors import ConnectionFailed
 
 
 def test_unreachable_server_is_transient() -> None:

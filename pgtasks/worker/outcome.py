@@ -30,7 +30,6 @@ from pgtasks.task import UNLIMITED_ATTEMPTS, TaskOptions, backoff_delay
 
 __all__ = ["Outcome", "cancelled_outcome", "decide", "failure_class", "unknown_task_outcome"]
 
-MAX_RETRIES_EXCEEDED = "MAX_RETRIES_EXCEEDED"  # code of a Retry past the attempts allowed
 _FAILURE_CLASSES = frozenset(FailureClass)
 
 
@@ -88,7 +87,7 @@ def decide(exc: BaseException, options: TaskOptions, request: Request, *, cancel
         code = ErrorCode.RETRY if exc.exc is None else None
         record = error_record(cause, code=code, klass=FailureClass.TRANSIENT)
         if request.attempt >= max_attempts:
-            record["code"] = MAX_RETRIES_EXCEEDED
+            record["code"] = ErrorCode.MAX_RETRIES_EXCEEDED.value
             record["message"] = f"max retries ({max_attempts - 1}) exceeded: {record['message']}"
             return Outcome(JobStatus.FAILED, record, max_attempts=request.max_attempts)
         delay = (
