@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from apps.worker_app import APP_SPEC, make_app
 from click.testing import CliRunner
 
 import pgtasks
@@ -395,6 +396,55 @@ def test_failing_notification_hooks_are_isolated_and_logged(
         ):
             assert f"failed in {hook}; ignored" in caplog.text, hook
         assert "boom in succeeded" in caplog.text  # with the traceback
+    finally:
+        app.close()
+
+
+@pytest.mark.parametrize("pool", ["threads", "processes"])
+def test_a_plugin_module_wraps_execution_where_the_task_runs_in_either_pool(pool: str, dsn: str) -> None:
+    """``--plugin`` modules reach the process that runs the task body: the children of the
+    processes pool register them as the worker does, so an execution wrapper is not skipped."""
+    app = make_app(dsn)
+    try:
+        job = app.tasks["w.pid"].delay()
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pgtasks",
+                "-A",
+                APP_SPEC,
+                "--plugin",
+                "tests.apps.wrap_plugin",
+                "worker",
+                "-P",
+                pool,
+                "-c",
+                "1",
+                "--burst",
+                "--poll-interval",
+                "0.1",
+            ],
+            env={**os.environ, "PGTASKS_DSN": dsn, "PGTASKS_DISABLE_PLUGIN_AUTOLOAD": "1"},
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        record = app.get_job(job.id)
+        assert record.status is JobStatus.SUCCEEDED, record.error
+        result = record.result
+        assert isinstance(result, dict), f"no wrapper ran around the job in the {pool} pool: {result!r}"
+        task_pid = result["result"]  # w.pid returns the pid of the process running the task body
+        assert result["wrapped_in"] == task_pid  # the wrapper ran in that same process
+        assert record.worker_id is not None
+        worker_pid = int(record.worker_id.split(":")[1])  # host:pid:random
+        if pool == "threads":
+            assert task_pid == worker_pid
+        else:
+            assert task_pid != worker_pid  # a child process ran it, and the plugin was there
     finally:
         app.close()
 
