@@ -1,7 +1,7 @@
 """What a plugin may use of pgtasks' inside, in one public module (see docs/plugins.md).
 
 A plugin imports `pgtasks`, this module and the other documented public modules
-(`pgtasks.errors`, `pgtasks.states`, `pgtasks.context`, `pgtasks.hookspecs`), never
+(`pgtasks.errors`, `pgtasks.states`, `pgtasks.context`, `pgtasks.serialization`), never
 the data layer's internals, the SQL package or the command line's modules. The
 built-in plugins (``plugins/pgtasks_*``) keep to that, as a test checks.
 

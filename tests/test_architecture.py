@@ -38,6 +38,8 @@ SHELL_DIRS = frozenset({"cli"})
 ENGINE_MODULES = (
     "pgtasks.db",
     "pgtasks.maintenance",
+    "pgtasks.completion",
+    "pgtasks.migrate",
     "pgtasks.worker",
     "pgtasks.scheduler",
     "pgtasks.result",
