@@ -1,4 +1,5 @@
-"""What the single-purpose probes share (``benchmarks.idle``, ``benchmarks.tenants``).
+"""What the single-purpose probes share (``benchmarks.idle``, ``benchmarks.tenants``,
+``benchmarks.producers``).
 
 Each probe measures one setting at a time (a queue depth, a tenant count) in a fresh
 database, all settings in turn per repetition, and prints medians; it writes no report.

@@ -239,6 +239,34 @@ def test_tenants_probe_refuses_bad_arguments(bad: list[str]) -> None:
     assert bad[0] in done.stderr
 
 
+def test_producers_probe_reports_each_producer_count() -> None:
+    """``python -m benchmarks.producers`` enqueues from concurrent threads with and without
+    the wake-up and through the raw INSERT; a tiny run prints one line per count with the
+    three rates and both ratios."""
+    command = [
+        sys.executable, "-m", "benchmarks.producers", "--producers", "3,1", "--jobs", "60", "--reps", "1",
+        "--dsn", DSN,
+    ]  # fmt: skip
+    done = _run(command, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = re.findall(
+        r"^\s*(\d+) producers: jobs/s notify ([0-9,]+) .* silent ([0-9,]+) .* raw ([0-9,]+) .*;"
+        r" notify/silent ([0-9.]+)x notify/raw ([0-9.]+)x$",
+        done.stdout,
+        re.M,
+    )
+    assert [int(line[0]) for line in found] == [1, 3], done.stdout
+    assert all(float(value.replace(",", "")) > 0 for line in found for value in line[1:])
+
+
+@pytest.mark.parametrize("bad", [["--producers", "many"], ["--producers", "0"], ["--jobs", "3"]])
+def test_producers_probe_refuses_bad_arguments(bad: list[str]) -> None:
+    command = [sys.executable, "-m", "benchmarks.producers", *bad, "--dsn", DSN]
+    done = _run(command, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert bad[0] in done.stderr
+
+
 def test_raw_alone_measures_the_multi_row_insert_reference(smoke_run: tuple[str, dict[str, object]]) -> None:
     markdown, results = smoke_run
     sections = _sections(markdown)

@@ -1,0 +1,223 @@
+"""What the enqueue wake-up (NOTIFY) costs when many producers enqueue at once.
+
+``python -m benchmarks.producers [--producers 1,4,16,64] [--jobs 4000] [--reps 3] [--dsn ADMIN_DSN]``
+
+PostgreSQL serialises the commits of transactions that sent a NOTIFY (they take one
+lock on the notification queue from pre-commit to the end of commit, WAL flush
+included), so one enqueue per commit from many threads may scale worse than plain
+INSERTs. For each repetition (a fresh database) and producer count, three variants
+run in turn, interleaved, each enqueueing ``--jobs`` jobs split evenly over that
+many threads, one call per job, each call its own commit:
+
+* ``notify``: ``task.delay()``, as an application calls it (``job_insert``, whose
+  ``RETURNING`` sends the wake-up); the app's pool holds one connection per thread,
+  as a web app sizes it;
+* ``silent``: the same ``delay()`` with the same statement minus its ``pg_notify``
+  (this probe's own copy of the query text, swapped into that app's `Database`;
+  there is no user-facing switch);
+* ``raw``: the raw-SQL reference's single-row ``INSERT`` (`benchmarks.systems.raw_system`)
+  into its own table, one psycopg connection per thread.
+
+Each thread enqueues a few jobs before the clock starts (connections open, statements
+prepared); the clock runs from releasing all threads together to the last one's end.
+One connection LISTENs on pgtasks' channel throughout and drains what arrives, as an
+idle worker would; no worker claims. Tables are emptied before each measurement.
+Prints per producer count the median jobs/s of each variant, and the ratios
+notify / silent and notify / raw. It writes no report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from types import MappingProxyType
+
+import orjson
+import psycopg
+
+import pgtasks
+from benchmarks import pg
+from benchmarks.environments import compile_project
+from benchmarks.probe import add_common_options, positive_ints
+from benchmarks.systems.raw_system import INSERT, SCHEMA
+from pgtasks.settings import Settings
+
+PRODUCERS = (1, 4, 16, 64)
+JOBS = 4_000
+VARIANTS = ("notify", "silent", "raw")
+WARMUP_CALLS = 6  # per thread before the clock starts: past psycopg's prepare threshold (5)
+QUEUE = "bench"
+TASK = "bench.producers.noop"
+# The wake-up in job_insert's RETURNING; "silent" returns true in its place.
+NOTIFY_EXPR = "pg_notify('pgtasks_jobs', queue || ':' || id) IS NOT NULL"
+
+
+def silent_insert(text: str) -> str:
+    """``job_insert`` without its ``pg_notify``, otherwise the same statement.
+
+    Raises:
+        SystemExit: the query no longer contains the expected wake-up (the probe
+            must be updated with it).
+    """
+    if NOTIFY_EXPR not in text:
+        raise SystemExit(f"job_insert no longer contains {NOTIFY_EXPR!r}; update benchmarks/producers.py")
+    return text.replace(NOTIFY_EXPR, "true")
+
+
+def run_threads(producers: int, jobs: int, call: Callable[[int], object]) -> float:
+    """Run ``call(thread_index)`` ``jobs`` times split over ``producers`` threads; jobs/s.
+
+    Each thread first calls ``WARMUP_CALLS`` times untimed, then all start together.
+    """
+    per_thread = [jobs // producers + (1 if i < jobs % producers else 0) for i in range(producers)]
+    ready = threading.Barrier(producers + 1)
+    go = threading.Event()
+    errors: list[BaseException] = []
+
+    def produce(index: int) -> None:
+        try:
+            for _ in range(WARMUP_CALLS):
+                call(index)
+        except BaseException as exc:  # reported by the measuring thread
+            errors.append(exc)
+        ready.wait()
+        go.wait()
+        if errors:
+            return
+        try:
+            for _ in range(per_thread[index]):
+                call(index)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(i,), name=f"producer-{i}") for i in range(producers)]
+    for thread in threads:
+        thread.start()
+    ready.wait()
+    started = time.perf_counter()
+    go.set()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    return jobs / elapsed
+
+
+def measure(dsn: str, variant: str, producers: int, jobs: int) -> float:
+    """Enqueue throughput (jobs/s) of ``variant`` with ``producers`` threads."""
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("TRUNCATE pgtasks.jobs, bench_jobs")
+    if variant == "raw":
+        conns = [psycopg.connect(dsn, autocommit=True) for _ in range(producers)]
+        try:
+            args = orjson.dumps({"k": "noop"}).decode()
+            return run_threads(producers, jobs, lambda i: conns[i].execute(INSERT, (args,)))
+        finally:
+            for conn in conns:
+                conn.close()
+    app = pgtasks.App(
+        "bench-producers",
+        settings=replace(Settings.from_env(dsn), pool_size=producers, load_entry_points=False),
+    )
+    try:
+        task = app.task(name=TASK, queue=QUEUE)(_noop)
+        database = app.database
+        if variant == "silent":
+            queries = dict(database.queries)
+            queries["job_insert"] = silent_insert(queries["job_insert"])
+            database.queries = MappingProxyType(queries)
+        return run_threads(producers, jobs, lambda i: task.delay())
+    finally:
+        app.close()
+
+
+def _noop() -> None:
+    """The task enqueued (never run: no worker claims here)."""
+
+
+class _Listener:
+    """One connection LISTENing on ``pgtasks_jobs``, drained in a thread until stopped."""
+
+    def __init__(self, dsn: str) -> None:
+        self._conn = psycopg.connect(dsn, autocommit=True)
+        self._conn.execute("LISTEN pgtasks_jobs")
+        self._stop = threading.Event()
+        self.received = 0
+        self._thread = threading.Thread(target=self._run, name="listener", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for _ in self._conn.notifies(timeout=0.2):
+                self.received += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._conn.close()
+
+
+def run(admin_dsn: str, counts: Sequence[int], jobs: int, reps: int) -> dict[tuple[str, int], list[float]]:
+    """Every (variant, producer count), interleaved, ``reps`` times; jobs/s per repetition."""
+    results: dict[tuple[str, int], list[float]] = {(v, n): [] for n in counts for v in VARIANTS}
+    for rep in range(reps):
+        name = f"bench_producers_{os.getpid()}_{rep}"
+        dsn = pg.create_database(admin_dsn, name)
+        try:
+            setup = pgtasks.App("bench-producers", dsn=dsn, load_entry_points=False)
+            setup.migrate()
+            setup.close()
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(SCHEMA)
+            listener = _Listener(dsn)
+            try:
+                for producers in counts:
+                    for variant in VARIANTS:
+                        results[(variant, producers)].append(measure(dsn, variant, producers, jobs))
+            finally:
+                listener.close()
+        finally:
+            pg.drop_database(admin_dsn, name)
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse arguments, measure, print one line per producer count; returns the exit code."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.producers", description=(__doc__ or "").splitlines()[0]
+    )
+    parser.add_argument(
+        "--producers", default=",".join(str(n) for n in PRODUCERS), help="comma-separated thread counts"
+    )
+    parser.add_argument("--jobs", type=int, default=JOBS, help="jobs per measurement (default %(default)s)")
+    add_common_options(parser)
+    args = parser.parse_args(argv)
+    counts = positive_ints(parser, "--producers", args.producers)
+    if args.reps < 1:
+        parser.error("--reps must be >= 1")
+    if args.jobs < counts[-1]:
+        parser.error(f"--jobs must be at least the largest producer count ({counts[-1]}), got {args.jobs}")
+    compile_project()
+    results = run(args.dsn, counts, args.jobs, args.reps)
+    print(f"enqueue, one call per job, {args.jobs:,} jobs per run, {args.reps} repetitions, medians")
+    for producers in counts:
+        runs = {v: results[(v, producers)] for v in VARIANTS}
+        medians = {v: statistics.median(r) for v, r in runs.items()}
+        cells = "  ".join(f"{v} {medians[v]:,.0f} ({min(r):,.0f}-{max(r):,.0f})" for v, r in runs.items())
+        print(
+            f"{producers:>3} producers: jobs/s {cells};"
+            f" notify/silent {medians['notify'] / medians['silent']:.2f}x"
+            f" notify/raw {medians['notify'] / medians['raw']:.2f}x"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
