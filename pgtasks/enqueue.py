@@ -28,8 +28,10 @@ from pgtasks.task import (
     attempts_allowed,
     check_countdown,
     check_eta,
+    check_key,
     check_priority,
     check_queue,
+    check_tenant,
     resolve_key,
 )
 
@@ -71,13 +73,6 @@ def _options_key(task: Task, options: Mapping[str, Any]) -> Hashable:
         return (id(task), id(options))
 
 
-def _check_key(label: str, key: Any) -> str | None:
-    """A lock or unique key: None, or a non-empty string without NUL."""
-    if key is not None and (not isinstance(key, str) or not key or "\x00" in key):
-        raise ConfigurationError(f"{label} must be a non-empty string without NUL, got {key!r}")
-    return key
-
-
 def option_params(task: Task, options: Mapping[str, Any]) -> dict[str, Any]:
     """Validate the enqueue options that do not depend on the call's arguments.
 
@@ -90,8 +85,9 @@ def option_params(task: Task, options: Mapping[str, Any]) -> dict[str, Any]:
         ``retry_on_worker_lost``, and ``_headers`` (the headers mapping as given).
 
     Raises:
-        ConfigurationError: a value is out of range or of the wrong type, or both
-            ``countdown`` and ``eta`` are given.
+        ConfigurationError: a value is out of range or of the wrong type, a queue,
+            tenant, lock or unique key is longer than `pgtasks.task.MAX_KEY_BYTES`
+            bytes in UTF-8, or both ``countdown`` and ``eta`` are given.
         SerializationError: a header cannot round-trip exactly.
     """
     opts = task.options
@@ -101,9 +97,7 @@ def option_params(task: Task, options: Mapping[str, Any]) -> dict[str, Any]:
     check_queue(queue)
     priority = options.get("priority", opts.priority)
     check_priority(priority)
-    tenant = options.get("tenant", opts.tenant)
-    if not isinstance(tenant, str) or "\x00" in tenant:
-        raise ConfigurationError(f"tenant must be a string without NUL, got {tenant!r}")
+    tenant = check_tenant(options.get("tenant", opts.tenant))
     countdown = options.get("countdown")
     eta = options.get("eta")
     if countdown is not None and eta is not None:
@@ -116,7 +110,7 @@ def option_params(task: Task, options: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigurationError(f"headers must be a dict, got {type(headers).__name__}")
     for label in ("lock", "unique_key"):
         if label in options:
-            _check_key(label, options[label])
+            check_key(label, options[label])
     return {
         "task_name": task.name,
         "queue": queue,
@@ -169,15 +163,16 @@ class JobEnqueuer:
         implements ``pgtasks_before_enqueue`` (`_before_enqueue_hooked`; a batch asks once).
 
         Raises:
-            ConfigurationError: a resolved key is not a non-empty string without NUL.
+            ConfigurationError: a resolved key is not a non-empty string without NUL,
+                of at most `pgtasks.task.MAX_KEY_BYTES` bytes in UTF-8.
             SerializationError: an argument or header cannot round-trip exactly.
         """
         opts = task.options
         lock_key, unique_key, headers = base["lock_key"], base["unique_key"], base["headers"]
         if opts.lock is not None and "lock" not in options:
-            lock_key = _check_key("lock", resolve_key(opts.lock, args, kwargs))
+            lock_key = check_key("lock", resolve_key(opts.lock, args, kwargs))
         if opts.unique_key is not None and "unique_key" not in options:
-            unique_key = _check_key("unique_key", resolve_key(opts.unique_key, args, kwargs))
+            unique_key = check_key("unique_key", resolve_key(opts.unique_key, args, kwargs))
         if hooked:
             extra = dict(base["_headers"])
             resolved = {

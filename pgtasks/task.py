@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from pgtasks.ports import Engine, Enqueuer
     from pgtasks.result import AsyncResult
 
-__all__ = ["ENQUEUE_OPTIONS", "Signature", "Task", "TaskOptions", "backoff_delay"]
+__all__ = ["ENQUEUE_OPTIONS", "MAX_KEY_BYTES", "Signature", "Task", "TaskOptions", "backoff_delay"]
 
 SMALLINT_MIN: Final = -32768
 SMALLINT_MAX: Final = 32767
@@ -28,6 +28,15 @@ SMALLINT_MAX: Final = 32767
 # in both PostgreSQL's timestamptz and Python's datetime.
 MAX_DELAY: Final = 10 * 365.25 * 86400.0
 UNLIMITED_ATTEMPTS: Final = 2**31 - 1
+#: Most UTF-8 bytes of an enqueue value that goes into an index of ``pgtasks.jobs`` or
+#: ``pgtasks.schedules``: queue, tenant, lock key and unique key (schedule names have
+#: their own, smaller bound). PostgreSQL's B-tree refuses an index entry larger than
+#: about a third of a page (2,704 bytes with 8 kB pages; "64.1.2. B-Tree Structure" and
+#: the ``index row size`` error), and a lock key enters its index only when its job
+#: starts: without a bound at the call site, one such key is accepted at enqueue and
+#: then fails every claim on its queue. 1,000 bytes leaves room for the other columns
+#: of the entry.
+MAX_KEY_BYTES: Final = 1000
 
 ENQUEUE_OPTIONS: Final = frozenset(
     {"countdown", "eta", "queue", "priority", "tenant", "lock", "unique_key", "headers", "max_retries"}
@@ -96,6 +105,11 @@ class TaskOptions:
             raise ConfigurationError(f"task name must be a non-empty string without NUL, got {self.name!r}")
         _check_queue(self.queue)
         _check_priority(self.priority)
+        check_tenant(self.tenant)
+        for label in ("lock", "unique_key"):
+            rule = getattr(self, label)
+            if isinstance(rule, str):  # a fixed key; a callable's keys are checked per call
+                check_key("task option " + label, rule)
         attempts_allowed(self.max_retries)  # validates
         for exc in self.autoretry_for:
             if not (isinstance(exc, type) and issubclass(exc, BaseException)):
@@ -135,7 +149,51 @@ def attempts_allowed(max_retries: object) -> int:
 
 def _check_queue(queue: object) -> None:
     if not isinstance(queue, str) or not queue or "\x00" in queue:
-        raise ConfigurationError(f"queue must be a non-empty string without NUL, got {queue!r}")
+        raise ConfigurationError(f"queue must be a non-empty string without NUL, got {_short(queue)}")
+    check_key_size("queue", queue)
+
+
+def check_tenant(tenant: object) -> str:
+    """Validate a tenant: a string (empty allowed) without NUL, at most `MAX_KEY_BYTES`.
+
+    Raises:
+        ConfigurationError: naming the problem.
+    """
+    if not isinstance(tenant, str) or "\x00" in tenant:
+        raise ConfigurationError(f"tenant must be a string without NUL, got {_short(tenant)}")
+    return check_key_size("tenant", tenant)
+
+
+def check_key_size(label: str, value: str) -> str:
+    """Refuse a value bound for an index whose UTF-8 form is longer than `MAX_KEY_BYTES`
+    bytes, or that is not valid UTF-8 (a lone surrogate); returns ``value``.
+
+    Raises:
+        ConfigurationError: naming the label, the size and the bound.
+    """
+    if value.isascii():
+        size = len(value)
+    else:
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise ConfigurationError(
+                f"{label} {_short(value)} contains a lone surrogate at index {exc.start}, "
+                "which is not valid UTF-8"
+            ) from None
+    if size > MAX_KEY_BYTES:
+        raise ConfigurationError(
+            f"{label} {_short(value)} is {size} bytes in UTF-8; at most {MAX_KEY_BYTES} are allowed "
+            "(it goes into an index)"
+        )
+    return value
+
+
+def _short(value: object, keep: int = 40) -> str:
+    """``repr(value)``, cut to about ``keep`` characters (a refused value may be huge)."""
+    if isinstance(value, str) and len(value) > keep:
+        return f"{value[:keep]!r}... ({len(value)} characters)"
+    return repr(value)
 
 
 def _check_priority(priority: object) -> None:
@@ -327,6 +385,20 @@ class Task:
     ) -> AsyncResult:
         """`apply_async` for asyncio callers (``connection=`` must be a sync connection)."""
         return await asyncio.to_thread(self.apply_async, args, kwargs, **options)
+
+
+def check_key(label: str, key: object) -> str | None:
+    """A lock or unique key: None, or a non-empty string without NUL of at most
+    `MAX_KEY_BYTES` bytes in UTF-8.
+
+    Raises:
+        ConfigurationError: naming the problem.
+    """
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or "\x00" in key:
+        raise ConfigurationError(f"{label} must be a non-empty string without NUL, got {_short(key)}")
+    return check_key_size(label, key)
 
 
 def resolve_key(rule: KeyRule, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
 from collections.abc import Iterator
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -16,6 +17,7 @@ from pgtasks.context import CLAIM_COLUMNS
 from pgtasks.db import text_array_literal
 from pgtasks.errors import AlreadyQueued, ConfigurationError, PgtasksError
 from pgtasks.serialization import dumps
+from pgtasks.task import MAX_KEY_BYTES
 
 WORKER = "test-worker"
 
@@ -543,3 +545,99 @@ def test_key_rule_returning_non_string_is_refused(app: pgtasks.App, conn: psycop
 def test_every_enqueue_error_is_a_pgtasks_error() -> None:
     for cls in (ConfigurationError, AlreadyQueued, pgtasks.errors.SerializationError):
         assert issubclass(cls, PgtasksError)
+
+
+# -- values that go into an index are bounded at the call site -----------------------------
+
+# 3,000 characters that do not compress (PostgreSQL compresses a long index entry, so a
+# repetitive key might fit its index, and the test would prove less than it says).
+OVERSIZED = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(47))[:3000]
+INDEXED_OPTIONS = ["lock", "unique_key", "queue", "tenant"]
+
+
+def _opt(option: str, value: str) -> dict[str, Any]:
+    """One enqueue option, as ``**`` keyword arguments."""
+    return {option: value}
+
+
+@pytest.mark.parametrize("option", INDEXED_OPTIONS)
+def test_oversized_indexed_value_is_refused_at_apply_async_and_in_bulk(
+    task: pgtasks.Task, conn: psycopg.Connection[Any], option: str
+) -> None:
+    assert len(OVERSIZED) == 3000
+    match = rf"{option} .*3000 bytes in UTF-8; at most {MAX_KEY_BYTES} "
+    with pytest.raises(ConfigurationError, match=match):
+        task.apply_async(args=(1,), **_opt(option, OVERSIZED))
+    with pytest.raises(ConfigurationError, match=match):
+        task.delay_many(range(100), **_opt(option, OVERSIZED))  # COPY (unique keys: multi-row INSERT)
+    with pytest.raises(ConfigurationError, match=match):
+        task.delay_many(range(3), **_opt(option, OVERSIZED))  # multi-row INSERT
+    good, bad = task.s(1), task.s(2).set(**_opt(option, OVERSIZED))
+    with pytest.raises(ConfigurationError, match=match):
+        task.app.bulk_apply([good, bad])
+    assert _count(conn) == 0
+
+
+@pytest.mark.parametrize("option", INDEXED_OPTIONS)
+def test_indexed_value_at_the_bound_is_accepted_and_the_bound_counts_bytes(
+    task: pgtasks.Task, conn: psycopg.Connection[Any], option: str
+) -> None:
+    at_bound = OVERSIZED[:MAX_KEY_BYTES]
+    two_byte = "é" * (MAX_KEY_BYTES // 2)  # 500 characters, 1,000 bytes
+    job = task.apply_async(args=(1,), **_opt(option, at_bound))
+    other_job = task.apply_async(args=(2,), **_opt(option, two_byte))
+    column = {"lock": "lock_key"}.get(option, option)
+    stored = conn.execute(
+        f"SELECT {column} FROM pgtasks.jobs WHERE id = ANY(%s) ORDER BY id", ([job.id, other_job.id],)
+    ).fetchall()
+    assert stored == [(at_bound,), (two_byte,)]
+    with pytest.raises(ConfigurationError, match="1002 bytes in UTF-8"):
+        task.apply_async(args=(3,), **_opt(option, "é" * 501))  # 501 characters, 1,002 bytes
+    assert _count(conn) == 2
+
+
+def test_lone_surrogate_in_an_indexed_value_is_refused(
+    task: pgtasks.Task, conn: psycopg.Connection[Any]
+) -> None:
+    with pytest.raises(ConfigurationError, match="lone surrogate at index 3"):
+        task.apply_async(args=(1,), lock="doc\ud800")
+    assert _count(conn) == 0
+
+
+def test_task_level_keys_are_bounded(app: pgtasks.App, conn: psycopg.Connection[Any]) -> None:
+    for option in ("lock", "unique_key", "queue", "tenant"):
+        with pytest.raises(ConfigurationError, match=f"{option} .*3000 bytes"):
+            app.task(name=f"fixed-{option}", **_opt(option, OVERSIZED))(other)
+    assert app.tasks == {}
+    ruled = app.task(name="ruled", lock=lambda x: OVERSIZED, unique_key=lambda x: OVERSIZED)(other)
+    with pytest.raises(ConfigurationError, match=r"lock .*3000 bytes"):
+        ruled.delay(1)
+    with pytest.raises(ConfigurationError, match=r"lock .*3000 bytes"):
+        ruled.delay_many(range(100))
+    assert _count(conn) == 0
+
+
+@pytest.mark.parametrize("option", ["lock", "queue", "tenant"])
+def test_schedule_with_an_oversized_indexed_value_is_refused_and_not_written(
+    app: pgtasks.App, conn: psycopg.Connection[Any], option: str
+) -> None:
+    if option == "lock":  # a schedule's lock key is its task's rule, resolved with its arguments
+        target = app.task(name="nightly", lock=lambda: OVERSIZED)(lambda: None)
+        overrides: dict[str, Any] = {}
+    else:
+        target = app.task(name="nightly")(lambda: None)
+        overrides = {option: OVERSIZED}
+    match = f"{'lock key' if option == 'lock' else option} .*3000 bytes"
+    with pytest.raises(ConfigurationError, match=match):
+        app.schedules.create("nightly", target, "0 2 * * *", **overrides)
+    with pytest.raises(ConfigurationError, match=match):
+        app.add_periodic_task("0 2 * * *", target, name="nightly-code", **overrides)
+    decorator_options = {"lock": lambda: OVERSIZED} if option == "lock" else overrides
+    with pytest.raises(ConfigurationError, match=match):
+        app.periodic_task("0 3 * * *", name="decorated", **decorator_options)(lambda: None)
+    assert app.schedules.sync() is not None
+    assert conn.execute("SELECT count(*) FROM pgtasks.schedules").fetchone() == (0,)
+    at_bound = app.schedules.create(
+        "at-bound", app.task(name="plain")(lambda: None), "0 2 * * *", queue=OVERSIZED[:MAX_KEY_BYTES]
+    )
+    assert at_bound.name == "at-bound"

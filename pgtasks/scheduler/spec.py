@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pgtasks.cron import CronSchedule, load_zone
 from pgtasks.errors import ConfigurationError, InvalidSchedule
 from pgtasks.serialization import dumps, loads_json
-from pgtasks.task import check_priority, check_queue, resolve_key
+from pgtasks.task import check_key, check_priority, check_queue, check_tenant, resolve_key
 
 if TYPE_CHECKING:
     from pgtasks.task import Task
@@ -115,7 +115,9 @@ class ScheduleSpec:
         InvalidSchedule: a refused cron expression, time zone, policy, bound, name,
             or a schedule with neither ``cron`` nor ``after``.
         SerializationError: ``args`` or ``kwargs`` cannot be stored exactly.
-        ConfigurationError: a bad queue, tenant or priority.
+        ConfigurationError: a bad queue, tenant, lock key or priority (queue, tenant
+            and lock key: at most `pgtasks.task.MAX_KEY_BYTES` bytes in UTF-8, as they
+            go into indexes of every run).
     """
 
     name: str
@@ -169,14 +171,8 @@ class ScheduleSpec:
         object.__setattr__(self, "after", tuple(dict.fromkeys(after)))
         check_queue(self.queue)
         check_priority(self.priority)
-        if not isinstance(self.tenant, str) or "\x00" in self.tenant:
-            raise ConfigurationError(f"tenant must be a string without NUL, got {self.tenant!r}")
-        if self.lock_key is not None and (
-            not isinstance(self.lock_key, str) or not self.lock_key or "\x00" in self.lock_key
-        ):
-            raise ConfigurationError(
-                f"lock key must be a non-empty string without NUL, got {self.lock_key!r}"
-            )
+        check_tenant(self.tenant)
+        check_key("lock key", self.lock_key)
         if not isinstance(self.kwargs, Mapping):
             raise InvalidSchedule(f"kwargs must be a dict, got {type(self.kwargs).__name__}")
         object.__setattr__(self, "args", tuple(_canonical(list(self.args), "args")))
@@ -308,8 +304,18 @@ class ScheduleSpec:
         """The definition stored in a schedules row (validated again).
 
         Raises:
-            InvalidSchedule: the stored definition is refused (e.g. written by hand).
+            InvalidSchedule: the stored definition is refused (e.g. written by hand;
+                a bad queue, tenant or lock key too).
         """
+        try:
+            return cls._from_row(row)
+        except InvalidSchedule:
+            raise
+        except ConfigurationError as exc:
+            raise InvalidSchedule(str(exc)) from None
+
+    @classmethod
+    def _from_row(cls, row: Mapping[str, Any]) -> ScheduleSpec:
         return cls(
             name=row["name"],
             task_name=row["task_name"],
