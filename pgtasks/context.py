@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from pgtasks.errors import PartialFailure, Retry
+from pgtasks.serialization import Undecodable
 
 if TYPE_CHECKING:
     from pgtasks.ports import Engine
     from pgtasks.task import Task
 
-__all__ = ["CLAIM_COLUMNS", "JobRuntime", "Request", "TaskContext", "request_from_claim"]
+__all__ = ["CLAIM_COLUMNS", "JobRuntime", "Request", "TaskContext", "request_from_claim", "unreadable_claim"]
 
 
 @dataclass(slots=True)
@@ -108,6 +109,48 @@ def request_from_claim(row: Sequence[Any], worker_id: str | None) -> Request:
     job_id, task_name, attempt, max_attempts, trigger, args, *rest = row[:_CLAIM_WIDTH]
     # rest: Request's next fields in order (tests/test_claim_order.py checks CLAIM_COLUMNS).
     return Request(job_id, task_name, attempt, max_attempts, trigger, tuple(args), *rest, worker_id)  # type: ignore[call-arg]
+
+
+_ARGS = CLAIM_COLUMNS.index("args")
+_KWARGS = CLAIM_COLUMNS.index("kwargs")
+_HEADERS = CLAIM_COLUMNS.index("headers")
+_SCHEDULED_FOR = CLAIM_COLUMNS.index("scheduled_for")
+# JSON's names for what the jsonb loader returns (tagged values keep their Python names).
+_JSON_KINDS = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number",
+               bool: "a boolean", type(None): "null"}  # fmt: skip
+
+
+def unreadable_claim(row: Sequence[Any]) -> str | None:
+    """Why a claimed row (`CLAIM_COLUMNS` values, read with the claim's lenient loaders)
+    cannot become a `Request`, or None when it can (three type checks: the common case).
+
+    A row written by SQL may hold args that are not a JSON array, kwargs or headers
+    that are not an object, or a value the loaders could not read (an
+    `pgtasks.serialization.Undecodable`: an unknown type tag or time zone, a number
+    beyond a float, a ``scheduled_for`` of ``infinity``).
+
+    Returns:
+        For people, each field that cannot be read and why, e.g. ``"args is an object,
+        not an array"``; ``"; "`` between fields.
+    """
+    args, kwargs, headers, scheduled_for = row[_ARGS], row[_KWARGS], row[_HEADERS], row[_SCHEDULED_FOR]
+    if (
+        type(args) is list
+        and type(kwargs) is dict
+        and type(headers) is dict
+        and type(scheduled_for) is not Undecodable
+    ):
+        return None
+    problems = []
+    for name, value, kind in (("args", args, list), ("kwargs", kwargs, dict), ("headers", headers, dict)):
+        if type(value) is Undecodable:
+            problems.append(f"{name} cannot be read: {value.reason}")
+        elif type(value) is not kind:
+            found = _JSON_KINDS.get(type(value), f"a {type(value).__name__}")
+            problems.append(f"{name} is {found}, not {_JSON_KINDS[kind]}")
+    if type(scheduled_for) is Undecodable:
+        problems.append(f"scheduled_for cannot be read: {scheduled_for.reason}")
+    return "; ".join(problems)
 
 
 class JobRuntime(Protocol):

@@ -38,6 +38,7 @@ import base64
 import datetime as dt
 import math
 import uuid
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 from zoneinfo import ZoneInfo
@@ -46,7 +47,7 @@ import orjson
 
 from pgtasks.errors import SerializationError
 
-__all__ = ["TAG", "decode", "dumps", "encode", "loads_json"]
+__all__ = ["TAG", "Undecodable", "decode", "dumps", "encode", "loads_json", "undecodable"]
 
 TAG: Final = "$pgtasks"
 _TAG_BYTES: Final = b'"$pgtasks"'
@@ -56,6 +57,36 @@ _INT64_MAX: Final = 2**63 - 1
 # (tuple, set, timedelta) takes two of them (the tag object and its list), so 126
 # levels of Python nesting always fit.
 _MAX_DEPTH: Final = 126
+
+
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """A stored value that could not be read back, in place of the value.
+
+    What the worker's claim reads instead of raising (see
+    `pgtasks.db.Database.fetch_tuples` with ``lenient=True``), so that one row
+    written by hand with an unknown type tag, an unknown time zone or a number
+    beyond a float fails alone (``ErrorCode.UNDECODABLE``) rather than the fetch
+    of its whole claim batch.
+
+    Attributes:
+        reason: what could not be read, for people (e.g. ``"unknown type tag 'x'"``).
+    """
+
+    reason: str
+
+
+def undecodable(exc: BaseException) -> Undecodable:
+    """The `Undecodable` marker for the error ``exc`` raised while reading a value:
+    its message and the error's type, e.g. ``"No time zone found with key Mars/Base
+    (ZoneInfoNotFoundError)"``."""
+    if isinstance(exc, SerializationError):
+        text = exc.reason
+    elif isinstance(exc, KeyError) and exc.args:  # str() of a KeyError is the repr of its key
+        text = f"missing key {exc.args[0]!r}" if type(exc) is KeyError else str(exc.args[0])
+    else:
+        text = str(exc).strip()
+    return Undecodable(f"{text} ({type(exc).__name__})" if text else type(exc).__name__)
 
 
 def _tag(kind: str, value: Any, **extra: Any) -> dict[str, Any]:

@@ -11,7 +11,8 @@ stale writer changes nothing (a reaper never overwrites a job that just finished
       ▲  │               │ ├──failure, no retries left / Reject──▶ failed
       │  │               │ ├──task reports partial outcome──▶ partial_failure
       │  │               │ └──cancel honoured──▶ cancelled
-      │  └──cancel──▶ cancelled
+      │  ├──cancel──▶ cancelled
+      │  └──no claim can take the row (UNCLAIMABLE)──▶ failed
       └──retry / worker lost / released on shutdown── running
     failed, cancelled, partial_failure ──requeue by hand──▶ queued
 """
@@ -75,6 +76,8 @@ class ErrorCode(enum.StrEnum):
     PARTIAL_FAILURE = "PARTIAL_FAILURE"  # the task reported a partial outcome
     RESULT_NOT_SERIALIZABLE = "RESULT_NOT_SERIALIZABLE"  # its return value cannot be stored
     OUTCOME_NOT_RECORDED = "OUTCOME_NOT_RECORDED"  # PostgreSQL refused the outcome itself
+    UNCLAIMABLE = "UNCLAIMABLE"  # the claim's write refuses the row (e.g. a lock key too large to index)
+    UNDECODABLE = "UNDECODABLE"  # its stored args, kwargs, headers or scheduled_for cannot be read
 
 
 TERMINAL: Final = frozenset(
@@ -83,7 +86,8 @@ TERMINAL: Final = frozenset(
 
 TRANSITIONS: Final = MappingProxyType(
     {
-        JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),
+        # failed: a row the claim's write refuses (ErrorCode.UNCLAIMABLE), never run
+        JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.FAILED}),
         JobStatus.RUNNING: frozenset(
             {
                 JobStatus.SUCCEEDED,
