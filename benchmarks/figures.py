@@ -44,10 +44,25 @@ RUNS: tuple[Run, ...] = (
         lambda s: {"n": s.enqueue_one},
         lambda s: BASE_DEADLINE + s.enqueue_one / FLOOR_RATE,
     ),
+    # Processing with the planner statistics in each state (benchmarks.systems.ops.STATISTICS):
+    # none after the fill (the figure users meet, and the bulk-enqueue and memory figures),
+    # taken while the table was empty, and taken after the fill.
     Run(
         "throughput",
         "throughput",
-        lambda s: {"n": s.bulk, "cap": s.process_cap},
+        lambda s: {"n": s.bulk, "cap": s.process_cap, "stats": "none"},
+        lambda s: BASE_DEADLINE + s.bulk / FILL_FLOOR + _processing(s, s.bulk),
+    ),
+    Run(
+        "throughput_stats_empty",
+        "throughput",
+        lambda s: {"n": s.bulk, "cap": s.process_cap, "stats": "empty"},
+        lambda s: BASE_DEADLINE + s.bulk / FILL_FLOOR + _processing(s, s.bulk),
+    ),
+    Run(
+        "throughput_analyzed",
+        "throughput",
+        lambda s: {"n": s.bulk, "cap": s.process_cap, "stats": "analyzed"},
         lambda s: BASE_DEADLINE + s.bulk / FILL_FLOOR + _processing(s, s.bulk),
     ),
     Run(
@@ -96,6 +111,7 @@ class Metric:
     description: str = ""
     capped: bool = False  # the processing cap can cut this number short (partial)
     reference_for: str = ""  # a further raw-SQL reference for the metric of this key
+    statistics_of: str = ""  # the metric of this key measured with other planner statistics
 
 
 # What benchmarks.report.summarize makes of a run, per metric key and system: the median,
@@ -120,7 +136,15 @@ METRICS: tuple[Metric, ...] = (
             description="the raw-SQL reference's bulk enqueue as multi-row INSERT statements (1,000 "
             "rows each, one transaction) instead of COPY, timed on the same jobs just before its COPY"),
     _metric("process", "Processing throughput", "throughput", "process_jobs_per_s", "jobs/s", capped=True,
-            description="pre-filled queue of no-op jobs, first to last completion"),
+            description="pre-filled queue of no-op jobs, first to last completion; no ANALYZE after the "
+            "fill (a queue table freshly deployed, as users meet it)"),
+    _metric("process_stats_empty", "Processing throughput, statistics taken while empty",
+            "throughput_stats_empty", "process_jobs_per_s", "jobs/s", capped=True, statistics_of="process",
+            description="the same, with ANALYZE run while the table was empty, before the fill (a queue "
+            "analyzed by autovacuum while nearly empty, then a burst)"),
+    _metric("process_analyzed", "Processing throughput, analyzed after the fill", "throughput_analyzed",
+            "process_jobs_per_s", "jobs/s", capped=True, statistics_of="process",
+            description="the same, with ANALYZE run after the fill (statistics that describe the backlog)"),
     _metric("latency_p50", "Latency p50", "latency", "p50_ms", "ms",
             description="enqueue call -> task start at a steady rate"),
     _metric("latency_p95", "Latency p95", "latency", "p95_ms", "ms"),

@@ -40,7 +40,9 @@ CHARTS = (
         {
             "enqueue_one": "enqueue,\none call per job",
             "enqueue_bulk": "bulk enqueue",
-            "process": "processing",
+            "process": "processing,\nno ANALYZE",
+            "process_stats_empty": "processing,\nstats while empty",
+            "process_analyzed": "processing,\nanalyzed",
             "deep_small": "deep queue,\nshallow table",
             "deep_large": "deep queue,\ndeep table",
         },

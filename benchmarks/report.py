@@ -120,6 +120,7 @@ def render_markdown(
     lines += _systems_section(results)
     for metric in METRICS:
         lines += _metric_table(results, summary, metric, systems)
+    lines += _statistics_section(summary, systems)
     if SUBJECT in systems:
         lines += _subject_section(summary, systems)
     if plots:
@@ -194,6 +195,32 @@ def _metric_table(
             f"partial: the processing limit ({results['sizes']['process_cap']:g} s) ended the run early; "
             "a rate covers the jobs done, a time is a lower bound (" + "; ".join(cut) + ").",
         ]
+    return [*lines, ""]
+
+
+def _statistics_section(summary: Summary, systems: list[str]) -> list[str]:
+    """Per system, each processing figure over the one measured after ANALYZE: what stale
+    planner statistics cost it (1x: nothing; below 1x: slower than analyzed)."""
+    stale = [m for m in METRICS if m.statistics_of]
+    analyzed = next((m for m in stale if m.run == "throughput_analyzed"), None)
+    if analyzed is None:
+        return []
+    compared = [m for m in METRICS if m.key == analyzed.statistics_of]
+    compared += [m for m in stale if m is not analyzed]
+    lines = [
+        "## Planner statistics: processing over the analyzed figure",
+        "",
+        "Each system's processing median with the statistics a queue table usually has (none "
+        "after the fill; taken while the table was empty) over its median with ANALYZE run after "
+        "the fill, in the same run. 1x: the statistics do not matter; below 1x: slower without them.",
+        "",
+        "| system | " + " | ".join(m.title for m in compared) + " |",
+        "|---|" + "---|" * len(compared),
+    ]
+    for system in systems:
+        base = summary[analyzed.key].get(system, {}).get("median")
+        cells = [_ratio(summary[m.key].get(system, {}).get("median"), base) for m in compared]
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 

@@ -37,20 +37,40 @@ def figure_enqueue_one(driver: Driver, clock: Clock, n: int) -> dict[str, Any]:
     return {"jobs": n, "seconds": seconds, "jobs_per_s": n / seconds}
 
 
-def figure_throughput(driver: Driver, clock: Clock, n: int, cap: float | None = None) -> dict[str, Any]:
+# The planner statistics a processing figure's queue has when the workers start (each
+# figure's database is a fresh clone whose tables were never analyzed):
+# - "none": no ANALYZE after the fill: a queue table freshly deployed, as users meet it;
+# - "empty": ANALYZE while the table was empty, then the fill: a queue that autovacuum
+#   analyzed while it was (nearly) empty and that then receives a burst;
+# - "analyzed": ANALYZE after the fill, the statistics describing the backlog.
+STATISTICS = ("none", "empty", "analyzed")
+
+
+def figure_throughput(
+    driver: Driver, clock: Clock, n: int, cap: float | None = None, stats: str = "none"
+) -> dict[str, Any]:
     """Bulk-enqueue ``n`` jobs (timed), then process them with the workers (timed).
 
-    The driver's `Driver.bulk_references` are timed first, on the same jobs.
+    The driver's `Driver.bulk_references` are timed first, on the same jobs. ``stats``
+    is one of `STATISTICS`: when, if ever, the tables are analyzed (`Driver.analyze`).
 
     Processing stops after ``cap`` seconds (partial result) if not done by then.
+
+    Raises:
+        ValueError: ``stats`` is not one of `STATISTICS`.
     """
+    if stats not in STATISTICS:
+        raise ValueError(f"stats must be one of {STATISTICS}, got {stats!r}")
     jobs = [(NOOP, 0.0)] * n
     references = driver.bulk_references(jobs)
+    if stats == "empty":
+        driver.analyze()
     start = time.perf_counter()
     driver.enqueue_bulk(jobs)
     bulk_seconds = time.perf_counter() - start
     clock.check("bulk enqueueing")
-    driver.analyze()
+    if stats == "analyzed":
+        driver.analyze()
     fleet = driver.fleet()
     fleet.start()
     try:
@@ -59,6 +79,7 @@ def figure_throughput(driver: Driver, clock: Clock, n: int, cap: float | None = 
         fleet.stop()
     return {
         "jobs": n,
+        "stats": stats,
         "bulk_seconds": bulk_seconds,
         "bulk_jobs_per_s": n / bulk_seconds,
         **references,
