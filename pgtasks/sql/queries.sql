@@ -268,9 +268,18 @@ picked AS (
     LIMIT %(limit)s
 ),
 claimed AS (
-    -- id = ANY(ARRAY(...)) makes the picked ids one array computed once, so the UPDATE
-    -- probes the primary key; a join to picked let the planner hash-join a sequential
-    -- scan of every queued job instead.
+    -- The write's plan must not depend on the table's statistics, which a queue table
+    -- rarely has fresh (never analyzed; analyzed while nearly empty, then a burst). So:
+    -- - The picked ids come as one array, unnested with their claim order: a function
+    --   scan the planner always estimates at 10 rows, whatever the statistics say, so it
+    --   probes the primary key once per id (a join to the picked CTE, estimated from the
+    --   statistics, let it hash-join a sequential scan of every queued job instead).
+    -- - The expected status is a one-row sub-select, a value known only at run time: a
+    --   constant would let the planner prove the partial indexes' "status = 'queued'"
+    --   and, when the statistics say jobs_claim_idx is nearly empty, scan all of it for
+    --   the ids (130 page reads per claimed job at 20,000 queued jobs, never analyzed).
+    -- - The claim order comes back in RETURNING, so no join of the written rows to
+    --   picked (with estimates of one row each, a nested loop: n x n rows).
     -- started_at is the database clock when the row is claimed (clock_timestamp), not
     -- when the statement's transaction began (now()): under load the two can be
     -- milliseconds apart, and a job claimed right after another job with its lock key
@@ -279,25 +288,32 @@ claimed AS (
     SET status = 'running', attempt = j.attempt + 1, worker_id = %(worker_id)s,
         started_at = coalesce(%(now)s::timestamptz, clock_timestamp()),
         heartbeat_at = coalesce(%(now)s::timestamptz, clock_timestamp())
-    WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked p)) AND j.status = 'queued'
-    -- In the order of pgtasks.context.CLAIM_COLUMNS (the worker reads them by position).
+    FROM unnest(ARRAY(SELECT p.id FROM picked p ORDER BY p.claim_order))
+         WITH ORDINALITY AS o(id, claim_order)
+    WHERE j.id = o.id AND j.status = (SELECT 'queued'::text)
     RETURNING j.id, j.task_name, j.attempt, j.max_attempts, j.trigger, j.args, j.kwargs,
               j.queue, j.tenant, j.priority, j.headers, j.lock_key, j.unique_key,
-              j.schedule_name, j.scheduled_for, j.parent_id, j.correlation_id
+              j.schedule_name, j.scheduled_for, j.parent_id, j.correlation_id, o.claim_order
 )
--- Rows come back in the order they should start (UPDATE ... RETURNING has none).
-SELECT c.*, (SELECT s.share FROM share s) AS tenant_share
-FROM claimed c JOIN picked p ON p.id = c.id
-ORDER BY p.claim_order;
+-- Rows come back in the order they should start (UPDATE ... RETURNING has none), in the
+-- order of pgtasks.context.CLAIM_COLUMNS (the worker reads them by position).
+SELECT c.id, c.task_name, c.attempt, c.max_attempts, c.trigger, c.args, c.kwargs, c.queue,
+       c.tenant, c.priority, c.headers, c.lock_key, c.unique_key, c.schedule_name,
+       c.scheduled_for, c.parent_id, c.correlation_id,
+       (SELECT s.share FROM share s) AS tenant_share
+FROM claimed c
+ORDER BY c.claim_order;
 
 -- name: job_claim_ids
 -- Claim the named jobs for an idle worker (their ids came with the enqueue notifications):
 -- the rules of job_claim_batch (one of %(queues)s, due, lock key not running elsewhere, at
 -- most one job per lock key, priority order), but each job found by its primary key.
+-- The expected status is a run-time value here too, so only the primary key can find the
+-- ids, whatever the statistics say (see job_claim_batch's write).
 WITH candidates AS (
     SELECT j.id, j.priority, j.run_at, j.lock_key
     FROM pgtasks.jobs j
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = 'queued'
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = (SELECT 'queued'::text)
       AND j.queue = ANY(%(queues)s::text[])
       AND j.run_at <= coalesce(%(now)s::timestamptz, now())
       AND (j.lock_key IS NULL OR NOT EXISTS (
@@ -315,18 +331,24 @@ picked AS (
                OR (d.priority = c.priority AND (d.run_at, d.id) < (c.run_at, c.id))))
 ),
 claimed AS (
-    -- Sets what job_claim_batch sets; see there for started_at.
+    -- Written as job_claim_batch writes, for the same reasons (see there; and for started_at).
     UPDATE pgtasks.jobs j
     SET status = 'running', attempt = j.attempt + 1, worker_id = %(worker_id)s,
         started_at = coalesce(%(now)s::timestamptz, clock_timestamp()),
         heartbeat_at = coalesce(%(now)s::timestamptz, clock_timestamp())
-    WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked p)) AND j.status = 'queued'
-    -- In the order of pgtasks.context.CLAIM_COLUMNS (the worker reads them by position).
+    FROM unnest(ARRAY(SELECT p.id FROM picked p ORDER BY p.claim_order))
+         WITH ORDINALITY AS o(id, claim_order)
+    WHERE j.id = o.id AND j.status = (SELECT 'queued'::text)
     RETURNING j.id, j.task_name, j.attempt, j.max_attempts, j.trigger, j.args, j.kwargs,
               j.queue, j.tenant, j.priority, j.headers, j.lock_key, j.unique_key,
-              j.schedule_name, j.scheduled_for, j.parent_id, j.correlation_id
+              j.schedule_name, j.scheduled_for, j.parent_id, j.correlation_id, o.claim_order
 )
-SELECT c.* FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.claim_order;
+-- In the order of pgtasks.context.CLAIM_COLUMNS (the worker reads them by position).
+SELECT c.id, c.task_name, c.attempt, c.max_attempts, c.trigger, c.args, c.kwargs, c.queue,
+       c.tenant, c.priority, c.headers, c.lock_key, c.unique_key, c.schedule_name,
+       c.scheduled_for, c.parent_id, c.correlation_id
+FROM claimed c
+ORDER BY c.claim_order;
 
 -- name: job_next_run_at
 -- Earliest run-at of a queued job in these queues (lets an idle worker sleep until then).
@@ -396,6 +418,9 @@ CROSS JOIN (SELECT pg_notify('pgtasks_done', '') IS NOT NULL AS notified) n;
 -- name: job_finish
 -- End a running job with a terminal non-success status (failed, cancelled, partial_failure),
 -- appending the attempt (built from the row, timed by the database clock) to its history.
+-- The expected status is a run-time value, so the row is found by its primary key whatever
+-- the statistics say (a constant let stale statistics pick a scan of jobs_running_worker_idx
+-- over every job the worker holds).
 UPDATE pgtasks.jobs
 SET status = %(status)s, finished_at = coalesce(%(now)s::timestamptz, now()),
     error = %(error)s::jsonb, result = %(result)s::jsonb, cancel_requested = false,
@@ -404,12 +429,13 @@ SET status = %(status)s, finished_at = coalesce(%(now)s::timestamptz, now()),
         'worker_id', worker_id, 'started_at', started_at,
         'finished_at', coalesce(%(now)s::timestamptz, now()), 'outcome', %(status)s::text,
         'error', %(error)s::jsonb))
-WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s
+WHERE id = %(id)s AND status = (SELECT 'running'::text) AND worker_id = %(worker_id)s
 RETURNING id, finished_at, pg_notify('pgtasks_done', '') IS NOT NULL AS notified;
 
 -- name: job_retry
 -- Send a running job back to the queue for another attempt after %(delay)s seconds,
--- appending the failed attempt to its history.
+-- appending the failed attempt to its history. Found by its primary key whatever the
+-- statistics say (see job_finish).
 UPDATE pgtasks.jobs
 SET status = 'queued', worker_id = NULL, started_at = NULL, heartbeat_at = NULL,
     run_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s::float8),
@@ -420,7 +446,7 @@ SET status = 'queued', worker_id = NULL, started_at = NULL, heartbeat_at = NULL,
         'worker_id', worker_id, 'started_at', started_at,
         'finished_at', coalesce(%(now)s::timestamptz, now()), 'outcome', 'retry',
         'error', %(error)s::jsonb))
-WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s
+WHERE id = %(id)s AND status = (SELECT 'running'::text) AND worker_id = %(worker_id)s
 RETURNING id, run_at, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
 
 -- name: job_defer
@@ -443,10 +469,11 @@ RETURNING id, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
 
 -- name: job_report_progress
 -- Merge progress counters into a running job the worker holds; doubles as the job heartbeat.
+-- Found by its primary key whatever the statistics say (see job_finish).
 UPDATE pgtasks.jobs
 SET progress = coalesce(progress, '{}'::jsonb) || %(progress)s::jsonb,
     heartbeat_at = coalesce(%(now)s::timestamptz, now())
-WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s
+WHERE id = %(id)s AND status = (SELECT 'running'::text) AND worker_id = %(worker_id)s
 RETURNING cancel_requested;
 
 -- name: job_cancel
@@ -572,8 +599,10 @@ WITH lost AS (
             'error', jsonb_build_object('type', 'WorkerLost', 'code', 'WORKER_LOST',
                                         'class', 'transient',
                                         'message', 'worker stopped heartbeating')))
-    FROM lost
-    WHERE j.id = lost.id AND j.status = 'running'
+    -- By primary key, whatever the statistics say (see job_claim_batch's write): a join to
+    -- lost, estimated from stale statistics, nested-looped the running jobs over it.
+    FROM unnest(ARRAY(SELECT l.id FROM lost l)) AS lost(id)
+    WHERE j.id = lost.id AND j.status = (SELECT 'running'::text)
     RETURNING j.id, j.status, j.task_name, j.queue, j.schedule_name
 )
 SELECT reaped.*, pg_notify('pgtasks_jobs', reaped.queue) IS NOT NULL AS notified FROM reaped;
