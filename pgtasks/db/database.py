@@ -10,12 +10,20 @@ pgtasks' tagged types (see `pgtasks.serialization`).
 Connections are autocommit: each statement is its own transaction unless the
 caller passes its own connection (``conn=``), in which case the statement joins
 the caller's transaction and commits or rolls back with it.
+
+A pooled connection whose server side has gone (``pg_terminate_backend``, a
+server restart, an idle timeout) is never handed out: `Database.pooled_alive`
+checks each one as it leaves the pool, and after a cut the pool replaces it with
+a fresh connection at once. No statement is ever re-run here: one that fails
+while in flight may have committed, so it raises `DatabaseError` (``transient``)
+and its caller decides (see docs/workers.md, "After a connection cut").
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import select
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -84,6 +92,20 @@ class _JsonbLoader(Loader):
 
 class _JsonbBinaryLoader(_JsonbLoader):
     format = psycopg.pq.Format.BINARY
+
+
+def _has_input(fd: int) -> bool:
+    """Whether socket ``fd`` has something to read (or hung up), without waiting.
+
+    ``poll`` where there is one: ``select`` refuses descriptors past 1023 on Linux,
+    which a busy application process reaches.
+    """
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([fd], [], [], 0)  # Windows: no poll, and no such limit
+    return bool(readable)
 
 
 def text_array_literal(items: Iterable[str]) -> str:
@@ -225,9 +247,39 @@ class Database:
                     open=False,
                     name="pgtasks",
                     timeout=self._connect_timeout,
+                    check=self.pooled_alive,
                 )
                 self._pool.open(wait=True, timeout=self._connect_timeout)
             return self._pool
+
+    def pooled_alive(self, conn: AnyConnection) -> None:
+        """The pool's check of a connection it is about to hand out; raises if it is dead.
+
+        An idle autocommit connection receives nothing until it sends a statement,
+        so a socket with something to read (at once, without waiting) means the
+        server has spoken on its own: almost always the ``FATAL`` and close of a
+        terminated backend or a shutting-down server, rarely a parameter report.
+        Only then does the check ask the server (an empty statement, one round
+        trip: psycopg_pool's ``check_connection``); the usual case costs one
+        ``poll()`` call. When the connection is dead, its idle siblings died with
+        it most likely, so the pool checks them all at once (``ConnectionPool.check``,
+        which replaces the dead ones) instead of handing them out one by one: its
+        loop over failed checks backs off 1 s, 2 s, 4 s between tries.
+
+        Raises:
+            psycopg.Error: the connection is dead; the pool discards it and hands
+                out another, or waits for a new one (up to ``connect_timeout``).
+        """
+        if not _has_input(conn.fileno()):
+            return
+        try:
+            ConnectionPool.check_connection(conn)
+        except psycopg.Error:
+            pool = self._pool
+            if pool is not None:
+                log.warning("pooled connections to %s were cut; replacing them", describe_dsn(self.dsn))
+                pool.check()
+            raise
 
     @contextmanager
     def connection(self, conn: AnyConnection | None = None) -> Iterator[AnyConnection]:

@@ -60,6 +60,10 @@ UNKNOWN_TASK_DEFER = 60.0  # seconds a job of an unknown task waits before anoth
 # reads every queued entry instead: two index probes per group cost about as much as
 # reading a few hundred entries, and a queue with more groups than this is rarely idle.
 NEXT_RUN_AT_MAX_GROUPS = 100
+# Seconds before claiming again after a transient failure: the first retry, and the cap of
+# its doubling while the failures last (a server that is really down).
+CLAIM_RETRY_FIRST = 0.05
+CLAIM_RETRY_MAX = 1.0
 _TASK_NAME = CLAIM_COLUMNS.index("task_name")
 _TENANT = CLAIM_COLUMNS.index("tenant")
 _QUEUE = CLAIM_COLUMNS.index("queue")
@@ -263,6 +267,7 @@ class Worker:
 
     def _loop(self) -> None:
         polled = False  # the last wait ended by its timeout, not by a wake-up
+        retry = 0.0  # seconds waited after the last claim, if it failed transiently
         while not self._stopping.is_set():
             self._wake.clear()
             held = len(self._held)
@@ -282,9 +287,18 @@ class Worker:
                 try:
                     claimed = self._claim(limit) if named is None else self._claim_named(named)
                 except DatabaseError as exc:
-                    log.warning("claim failed (%s); retrying after %.1fs", exc, self.config.poll_interval)
-                    polled = not self._wake.wait(self.config.poll_interval)
+                    # Transient (the connection died in flight, the server restarts): claim
+                    # again soon, backing off while it lasts, in full (the named jobs were
+                    # taken from the hints). Anything else waits a poll interval.
+                    wait = self.config.poll_interval
+                    if exc.transient:
+                        retry = min(max(2 * retry, CLAIM_RETRY_FIRST), CLAIM_RETRY_MAX, wait)
+                        wait = retry
+                        self._hints.want_full()
+                    log.warning("claim failed (%s); retrying after %.2fs", exc, wait)
+                    polled = not self._wake.wait(wait)
                     continue
+                retry = 0.0
                 if named is None and self._more:
                     continue  # more may be waiting
             if limit <= 0:  # the buffer is full: a finishing job wakes the loop
