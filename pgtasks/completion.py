@@ -358,6 +358,43 @@ class Completer:
             final_status=str(outcome.status),
         )
 
+    # -- rows that cannot be run at all (written by SQL, bypassing the enqueue checks) ----
+
+    def fail_undecodable(self, request: Request, reason: str) -> bool:
+        """Fail a claimed job whose stored values cannot be read (``UNDECODABLE``,
+        permanent), through `set_state_if_running`; returns whether it applied.
+
+        Args:
+            request: the job as far as it could be read (id, task name, attempt,
+                attempts allowed). reason: what could not be read, for people.
+        """
+        message = f"job {request.id} cannot be read: {reason}"
+        error = plain_error("Undecodable", ErrorCode.UNDECODABLE, message)
+        return self.set_state_if_running(
+            request, Outcome(JobStatus.FAILED, error, max_attempts=request.max_attempts)
+        )
+
+    def fail_unclaimable(self, job_id: int, reason: str) -> bool:
+        """Fail a queued job that no claim can take (``UNCLAIMABLE``, permanent; it never
+        ran, so no attempt is used); returns whether it was still queued.
+
+        Args:
+            job_id: the job. reason: why the claim refused it (PostgreSQL's message).
+
+        Raises:
+            DatabaseError: the job could not be failed either (it stays queued).
+        """
+        message = f"job {job_id} cannot be claimed: {reason}"
+        error = plain_error("Unclaimable", ErrorCode.UNCLAIMABLE, message)
+        task_name = self.jobs.fail_unclaimable(id=job_id, error=error)
+        if task_name is None:
+            return False
+        log.error("job %s (%s) failed without running: it cannot be claimed: %s", job_id, task_name, reason)
+        self._hook(
+            "pgtasks_job_failed", job_id=job_id, task_name=task_name, error=error, final_status="failed"
+        )
+        return True
+
     # -- handing claimed jobs back (the attempt is not used) -----------------------------
 
     def defer(self, request: Request, delay: float) -> bool:

@@ -36,10 +36,11 @@ from psycopg import sql as psql
 from psycopg.adapt import Loader
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import RowFactory, dict_row, tuple_row
+from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
 from psycopg_pool import ConnectionPool
 
 from pgtasks.errors import ConnectionFailed, DatabaseError
-from pgtasks.serialization import loads_json
+from pgtasks.serialization import loads_json, undecodable
 from pgtasks.sql import QUERIES
 
 __all__ = [
@@ -92,6 +93,48 @@ class _JsonbLoader(Loader):
 
 class _JsonbBinaryLoader(_JsonbLoader):
     format = psycopg.pq.Format.BINARY
+
+
+# Lenient loaders, for the worker's claims (``lenient=True``): a value that cannot be read
+# becomes an `Undecodable` marker instead of an exception, which would fail the fetch of the
+# whole batch after its UPDATE had already marked every row running.
+
+
+class _LenientJsonbLoader(_JsonbLoader):
+    def load(self, data: Buffer) -> Any:
+        try:
+            return super().load(data)
+        except Exception as exc:  # any error of orjson, a type tag or a time zone: this value only
+            return undecodable(exc)
+
+
+class _LenientJsonbBinaryLoader(_LenientJsonbLoader):
+    format = psycopg.pq.Format.BINARY
+
+
+class _LenientTimestamptzLoader(TimestamptzLoader):
+    def load(self, data: Buffer) -> Any:
+        try:
+            return super().load(data)
+        except psycopg.DataError as exc:  # 'infinity', or a year Python's datetime cannot hold
+            return undecodable(exc)
+
+
+class _LenientTimestamptzBinaryLoader(TimestamptzBinaryLoader):
+    def load(self, data: Buffer) -> Any:
+        try:
+            return super().load(data)
+        except psycopg.DataError as exc:
+            return undecodable(exc)
+
+
+_LENIENT_LOADERS: tuple[tuple[str, type[Loader]], ...] = (
+    ("jsonb", _LenientJsonbLoader),
+    ("jsonb", _LenientJsonbBinaryLoader),
+    ("json", _LenientJsonbLoader),
+    ("timestamptz", _LenientTimestamptzLoader),
+    ("timestamptz", _LenientTimestamptzBinaryLoader),
+)
 
 
 def _has_input(fd: int) -> bool:
@@ -323,21 +366,35 @@ class Database:
         return self._fetch(name, params, conn, dict_row)
 
     def fetch_tuples(
-        self, name: str, params: Params = None, *, conn: AnyConnection | None = None
+        self, name: str, params: Params = None, *, conn: AnyConnection | None = None, lenient: bool = False
     ) -> list[tuple[Any, ...]]:
         """Run a named query and return every row as a tuple (the worker's hot path).
+
+        Args:
+            lenient: a jsonb or timestamptz value that cannot be read comes back as a
+                `pgtasks.serialization.Undecodable` marker instead of raising (the
+                worker's claims: the statement has written by the time its rows are
+                read, so one unreadable row must not fail the others).
 
         Raises:
             DatabaseError: PostgreSQL refused the statement or the connection broke.
         """
-        return self._fetch(name, params, conn, tuple_row)
+        return self._fetch(name, params, conn, tuple_row, lenient)
 
     def _fetch(
-        self, name: str, params: Params, conn: AnyConnection | None, row_factory: RowFactory[T]
+        self,
+        name: str,
+        params: Params,
+        conn: AnyConnection | None,
+        row_factory: RowFactory[T],
+        lenient: bool = False,
     ) -> list[T]:
         text = self.queries[name]
         try:
             with self.connection(conn) as c, c.cursor(row_factory=row_factory) as cur:
+                if lenient:
+                    for type_name, loader in _LENIENT_LOADERS:
+                        cur.adapters.register_loader(type_name, loader)
                 cur.execute(text, params)
                 return cur.fetchall() if cur.description is not None else []
         except psycopg.Error as exc:
@@ -372,6 +429,20 @@ class Database:
             with self.connection(conn) as c, c.cursor() as cur, cur.copy(text) as copy:
                 for row in rows:
                     copy.write_row(row)
+        except psycopg.Error as exc:
+            raise translate_error(exc) from exc
+
+    @contextmanager
+    def dry_run(self) -> Iterator[AnyConnection]:
+        """A transaction on a pooled connection that is always rolled back: statements
+        run in it to see whether PostgreSQL accepts them, and change nothing.
+
+        Raises:
+            DatabaseError: a statement in the block failed (the block's error, translated).
+        """
+        try:
+            with self.connection() as c, c.transaction(force_rollback=True):
+                yield c
         except psycopg.Error as exc:
             raise translate_error(exc) from exc
 

@@ -248,7 +248,7 @@ class JobStore:
             "queues": queues, "start_tenant": start_tenant, "max_tenants": max_tenants, "limit": limit,
             "now": now, "fair": fair, "worker_id": worker_id,
         }  # fmt: skip
-        return self.database.fetch_tuples("job_claim_batch", params)
+        return self.database.fetch_tuples("job_claim_batch", params, lenient=True)
 
     def claim_ids(
         self, *, ids: Iterable[int], queues: str, worker_id: str, now: Now = None
@@ -260,7 +260,42 @@ class JobStore:
             DatabaseError: SQLSTATE 23505, as for `claim_batch`.
         """
         params = {"ids": bigint_array_literal(ids), "queues": queues, "now": now, "worker_id": worker_id}
-        return self.database.fetch_tuples("job_claim_ids", params)
+        return self.database.fetch_tuples("job_claim_ids", params, lenient=True)
+
+    def claim_suspects(
+        self, *, queues: str, limit: int, start_tenant: str = "", max_tenants: int, now: Now = None
+    ) -> list[tuple[int, str | None]]:
+        """After a failed claim: (id, lock key) of the jobs `claim_batch` with these
+        parameters may have tried to take, in claim order per tenant (see the query).
+        """
+        params = {
+            "queues": queues, "limit": limit, "start_tenant": start_tenant, "max_tenants": max_tenants,
+            "now": now,
+        }  # fmt: skip
+        return [(int(r[0]), r[1]) for r in self.database.fetch_tuples("job_claim_suspects", params)]
+
+    def claim_probe(self, *, ids: Sequence[int], worker_id: str) -> None:
+        """Try the claim's write on the queued jobs ``ids`` and roll it back: nothing
+        changes, but a job the claim cannot take fails it here too.
+
+        Raises:
+            DatabaseError: PostgreSQL refused the write (SQLSTATE 23505: two of the
+                jobs share a lock key, or one's key is running elsewhere).
+        """
+        params = {"ids": bigint_array_literal(ids), "worker_id": worker_id}
+        with self.database.dry_run() as tx:
+            self.database.execute("job_claim_probe", params, conn=tx)
+
+    def fail_unclaimable(self, *, id: int, error: Mapping[str, Any], now: Now = None) -> str | None:
+        """End a queued job that no claim can take as ``failed`` with ``error``, attempt
+        not used; returns its task name, or None if it was no longer queued.
+
+        Raises:
+            SerializationError: the error record cannot be stored.
+        """
+        params = {"id": id, "error": dumps(dict(error), "error"), "now": now}
+        row = self.database.fetch_one("job_fail_unclaimable", params)
+        return None if row is None else str(row["task_name"])
 
     def next_run_at(
         self, *, queues: str, max_groups: int, now: Now = None

@@ -449,6 +449,61 @@ SET status = 'queued', worker_id = NULL, started_at = NULL, heartbeat_at = NULL,
 WHERE id = %(id)s AND status = (SELECT 'running'::text) AND worker_id = %(worker_id)s
 RETURNING id, run_at, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
 
+-- name: job_claim_suspects
+-- After a claim failed on something other than a race: the jobs it may have tried to take,
+-- for the worker to test (pgtasks.worker.isolation). Per queue of %(queues)s, the first
+-- %(max_tenants)s tenants from %(start_tenant)s, and of each the first %(limit)s due jobs in
+-- claim order whose lock key is not running: what job_claim_batch picks with the same
+-- parameters is among them. Run only after a failed claim, so it may read every queued entry.
+WITH tenants AS (
+    SELECT g.queue, g.tenant
+    FROM (SELECT d.queue, d.tenant, row_number() OVER (PARTITION BY d.queue ORDER BY d.tenant) AS n
+          FROM (SELECT DISTINCT j.queue, j.tenant
+                FROM pgtasks.jobs j
+                WHERE j.status = 'queued' AND j.queue = ANY(%(queues)s::text[])
+                  AND j.tenant >= %(start_tenant)s::text) d) g
+    WHERE g.n <= %(max_tenants)s
+)
+SELECT s.id, s.lock_key
+FROM tenants t
+CROSS JOIN LATERAL (
+    SELECT j.id, j.lock_key, j.priority, j.run_at
+    FROM pgtasks.jobs j
+    WHERE j.status = 'queued' AND j.queue = t.queue AND j.tenant = t.tenant
+      AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+      AND (j.lock_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM pgtasks.jobs r
+            WHERE r.lock_key = j.lock_key AND r.status = 'running'))
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(limit)s
+) s
+ORDER BY s.priority DESC, s.run_at, s.id;
+
+-- name: job_claim_probe
+-- The claim's write on the named queued jobs, for a dry run (the caller rolls it back):
+-- fails as job_claim_batch would if one of them cannot be claimed. Jobs another
+-- transaction holds are skipped, not waited for.
+UPDATE pgtasks.jobs j
+SET status = 'running', attempt = j.attempt + 1, worker_id = %(worker_id)s,
+    started_at = clock_timestamp(), heartbeat_at = clock_timestamp()
+WHERE j.id = ANY(ARRAY(
+        SELECT q.id FROM pgtasks.jobs q
+        WHERE q.id = ANY(%(ids)s::bigint[]) AND q.status = 'queued'
+        FOR UPDATE SKIP LOCKED))
+  AND j.status = 'queued'
+RETURNING j.id;
+
+-- name: job_fail_unclaimable
+-- End a queued job no claim can take (a row written by SQL that the claim's write refuses,
+-- such as a lock key too large for jobs_lock_running_idx) as failed, without using an
+-- attempt. Its values stay as they are: a failed job enters none of the indexes of
+-- unfinished or running jobs.
+UPDATE pgtasks.jobs
+SET status = 'failed', finished_at = coalesce(%(now)s::timestamptz, now()),
+    error = %(error)s::jsonb, cancel_requested = false
+WHERE id = %(id)s AND status = 'queued'
+RETURNING id, task_name, pg_notify('pgtasks_done', '') IS NOT NULL AS notified;
+
 -- name: job_defer
 -- Put a claimed job back without using up an attempt, not before %(delay)s seconds
 -- (a task this worker does not know, left for a worker that does).

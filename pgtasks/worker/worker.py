@@ -28,12 +28,12 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import Any
 
 from pgtasks.completion import Completer, Completion, Outcome
-from pgtasks.context import CLAIM_COLUMNS, TaskContext, request_from_claim
+from pgtasks.context import CLAIM_COLUMNS, Request, TaskContext, request_from_claim, unreadable_claim
 from pgtasks.db import CancelRequest, JobStore, WorkerStore, text_array_literal
 from pgtasks.db.workers import worker_database
 from pgtasks.errors import DatabaseError, TimeLimitExceeded
@@ -44,6 +44,7 @@ from pgtasks.worker.attempt import Success, run_attempt
 from pgtasks.worker.config import WorkerConfig
 from pgtasks.worker.heartbeat import Heartbeat
 from pgtasks.worker.hints import WakeHints
+from pgtasks.worker.isolation import LOCK_RACE, distinct_keys, find_unclaimable, first_line
 from pgtasks.worker.listener import Listener
 from pgtasks.worker.outcome import cancelled_outcome, decide, unknown_task_outcome
 from pgtasks.worker.pool import HeldJob, ThreadPool, deliver_pending_exception
@@ -326,8 +327,18 @@ class Worker:
         try:
             rows = self._claim_batch(limit, start_tenant)
         except DatabaseError as exc:
-            if exc.sqlstate != "23505":  # two workers raced for one lock key: claim again
+            if exc.transient:
                 raise
+            if exc.sqlstate != LOCK_RACE:  # a row the claim cannot take: fail it, go on
+                suspects = self.jobs.claim_suspects(
+                    queues=self._queues,
+                    limit=limit,
+                    start_tenant=start_tenant,
+                    max_tenants=self.config.max_tenants_per_claim,
+                )
+                if not self._isolate_unclaimable(exc, distinct_keys(suspects)):
+                    raise
+            # Two workers raced for one lock key, or the culprits are failed: claim again.
             rows = self._claim_batch(limit, start_tenant)
         per_tenant = Counter((r[_QUEUE], r[_TENANT]) for r in rows)
         tenants = {tenant for _, tenant in per_tenant}
@@ -364,10 +375,10 @@ class Worker:
         try:
             rows = self.jobs.claim_ids(ids=ids, queues=self._queues, worker_id=self.id)
         except DatabaseError as exc:
-            if exc.sqlstate != "23505":
+            if exc.sqlstate != LOCK_RACE and (exc.transient or not self._isolate_unclaimable(exc, ids)):
                 raise
-            # Another worker started a job with the same lock key meanwhile: the full
-            # claim sorts it out, at once.
+            # Another worker started a job with the same lock key meanwhile, or a job
+            # no claim can take was failed: the full claim sorts the rest out, at once.
             self._hints.want_full()
             self._wake.set()
             return 0
@@ -423,7 +434,37 @@ class Worker:
         if self._hints.note(payload):
             self._wake.set()
 
+    def _isolate_unclaimable(self, exc: DatabaseError, ids: list[int]) -> bool:
+        """After a claim failed with ``exc`` (not transient, not a lock-key race): find
+        the jobs among ``ids`` the claim cannot take and fail them ``UNCLAIMABLE``
+        (`pgtasks.worker.isolation`); returns whether any was failed.
+
+        Raises:
+            DatabaseError: a transient error while searching (the loop tries later).
+        """
+        log.warning("claim failed (%s); looking for the job at fault among %d", first_line(exc), len(ids))
+        failed = 0
+        for job_id, error in find_unclaimable(self._probe_claim, ids):
+            try:
+                failed += self._completer.fail_unclaimable(job_id, first_line(error))
+            except DatabaseError as fail_exc:
+                log.error(
+                    "job %s cannot be claimed (%s) nor failed (%s)", job_id, first_line(error), fail_exc
+                )
+        if not failed:
+            log.error("claim failed (%s) and no single job was found at fault", first_line(exc))
+        return failed > 0
+
+    def _probe_claim(self, ids: Sequence[int]) -> None:
+        self.jobs.claim_probe(ids=ids, worker_id=self.id)
+
     def _dispatch(self, row: tuple[Any, ...]) -> None:
+        problem = unreadable_claim(row)
+        if problem is not None:  # a row written by SQL that cannot be read: it fails alone
+            job_id, task_name, attempt, max_attempts, trigger = row[:5]  # CLAIM_COLUMNS' first five
+            request = Request(job_id, task_name, attempt, max_attempts, trigger, worker_id=self.id)
+            self._completer.fail_undecodable(request, problem)
+            return
         task = self.app.tasks.get(row[_TASK_NAME])
         request = request_from_claim(row, self.id)
         held = HeldJob(task=task, request=request)
