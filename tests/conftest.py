@@ -145,6 +145,25 @@ def no_leaks() -> Iterator[None]:
     )
 
 
+@pytest.fixture
+def wdsn(dsn: str) -> str:
+    """The test database with the ledger tables of the worker test app (``apps/worker_app.py``)."""
+    from apps.worker_app import setup_ledger
+
+    setup_ledger(dsn)
+    return dsn
+
+
+@pytest.fixture
+def client(wdsn: str) -> Iterator[pgtasks.App]:
+    """The worker test app on that database (it enqueues the jobs the worker processes run)."""
+    from apps.worker_app import make_app
+
+    application = make_app(wdsn)
+    yield application
+    application.close()
+
+
 # Files whose tests also run on the embedded PostgreSQL 18 in CI (``pytest -m smoke``):
 # the schema, enqueue, results, named queries and an in-process worker.
 SMOKE_FILES = frozenset(

@@ -10,13 +10,13 @@ jobs are ``w.record``, which writes the side ledger of `apps.worker_app`, so wha
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from apps.worker_app import WorkerProcess, make_app, one, rows, setup_ledger, workers
+from apps.worker_app import WorkerProcess, one, rows, workers
 from helpers import eventually
 
 import pgtasks
@@ -27,21 +27,6 @@ FAST = ["--poll-interval", "0.1"]
 # A lock key of 3,000 characters that do not compress (PostgreSQL compresses a long index
 # entry, so a repetitive key would fit): too large for jobs_lock_running_idx.
 OVERSIZED_KEY = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(47))[:3000]
-
-
-@pytest.fixture
-def wdsn(dsn: str) -> str:
-    """The test database with the ledger tables."""
-    setup_ledger(dsn)
-    return dsn
-
-
-@pytest.fixture
-def client(wdsn: str) -> Iterator[pgtasks.App]:
-    """The test app on the test database (enqueues the tasks the workers run)."""
-    application = make_app(wdsn)
-    yield application
-    application.close()
 
 
 def _insert(conn: psycopg.Connection[Any], columns: dict[str, Any]) -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 import psutil
 import psycopg
 import pytest
-from apps.worker_app import WorkerProcess, db_now, ledger_rows, make_app, one, rows, setup_ledger, workers
+from apps.worker_app import WorkerProcess, db_now, ledger_rows, one, rows, workers
 from helpers import eventually
 
 import pgtasks
@@ -29,21 +28,6 @@ from pgtasks.errors import DatabaseError
 POLL_INTERVAL = 30.0  # seconds: far longer than the start the test allows
 START_WITHIN = 5.0  # seconds from enqueue to the job's body starting
 ENQUEUE_AFTER_CUT = 2.0  # seconds: the job arrives once the cut is over, as in the field
-
-
-@pytest.fixture
-def wdsn(dsn: str) -> str:
-    """The test database with the ledger tables."""
-    setup_ledger(dsn)
-    return dsn
-
-
-@pytest.fixture
-def client(wdsn: str) -> Iterator[pgtasks.App]:
-    """The test app on the test database (enqueues the tasks the worker runs)."""
-    application = make_app(wdsn)
-    yield application
-    application.close()
 
 
 def worker_backends(conn: psycopg.Connection[Any], worker: WorkerProcess) -> list[int]:

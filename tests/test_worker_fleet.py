@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +18,9 @@ import pytest
 from apps.worker_app import (
     db_now,
     ledger_rows,
-    make_app,
     one,
     raise_flag,
     rows,
-    setup_ledger,
     status,
     worker_id_of,
     workers,
@@ -31,21 +28,6 @@ from apps.worker_app import (
 from helpers import eventually
 
 import pgtasks
-
-
-@pytest.fixture
-def wdsn(dsn: str) -> str:
-    """The test database with the ledger tables."""
-    setup_ledger(dsn)
-    return dsn
-
-
-@pytest.fixture
-def client(wdsn: str) -> Iterator[pgtasks.App]:
-    """The test app on the test database (enqueues the tasks the workers run)."""
-    application = make_app(wdsn)
-    yield application
-    application.close()
 
 
 @pytest.mark.slow

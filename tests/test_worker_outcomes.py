@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +24,8 @@ from apps.worker_app import (
     REPO,
     db_now,
     ledger_rows,
-    make_app,
     one,
     rows,
-    setup_ledger,
     status,
     workers,
 )
@@ -38,21 +35,6 @@ import pgtasks
 from pgtasks.task import MAX_DELAY, UNLIMITED_ATTEMPTS
 
 FAST = ["--poll-interval", "0.1"]
-
-
-@pytest.fixture
-def wdsn(dsn: str) -> str:
-    """The test database with the ledger tables."""
-    setup_ledger(dsn)
-    return dsn
-
-
-@pytest.fixture
-def client(wdsn: str) -> Iterator[pgtasks.App]:
-    """The test app on the test database (enqueues the tasks the workers run)."""
-    application = make_app(wdsn)
-    yield application
-    application.close()
 
 
 def finished(conn: psycopg.Connection[Any], *ids: int) -> bool:
