@@ -25,6 +25,7 @@ def _params(limit: int, *, fair: bool, now: Any = None, queue: str = "default") 
         "now": now,
         "fair": fair,
         "worker_id": "w-order",
+        "tasks": None,
     }
 
 

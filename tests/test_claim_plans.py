@@ -129,7 +129,7 @@ def test_claims_take_the_index_paths_whatever_the_statistics_say(
     _fill(session, state, jobs)
     values = {
         "queues": "{bench}", "start_tenant": "", "max_tenants": 100, "limit": LIMIT, "now": None,
-        "fair": True, "worker_id": "w-plans",
+        "fair": True, "worker_id": "w-plans", "tasks": None,
         "ids": "{" + ",".join(str(i) for i in range(1, LIMIT + 1)) + "}",
     }  # fmt: skip
     for query in ("job_claim_batch", "job_claim_ids"):
@@ -154,7 +154,7 @@ def test_outcomes_find_the_job_by_its_key_whatever_the_statistics_say(
     claimed = app.store.fetch_all(
         "job_claim_batch",
         {"queues": "{bench}", "start_tenant": "", "max_tenants": 100, "limit": 1024, "now": None,
-         "fair": True, "worker_id": "w-plans"},
+         "fair": True, "worker_id": "w-plans", "tasks": None},
     )  # fmt: skip
     assert len(claimed) == 1024
     job_id = claimed[0]["id"]

@@ -19,7 +19,9 @@ SELECT min(run_at) FROM pgtasks.jobs WHERE status = 'queued' AND queue = ANY(%(q
 
 
 def _next_run_at(app: pgtasks.App, queues: list[str], max_groups: int = NEXT_RUN_AT_MAX_GROUPS) -> Any:
-    row = app.store.fetch_one("job_next_run_at", {"queues": queues, "now": None, "max_groups": max_groups})
+    row = app.store.fetch_one(
+        "job_next_run_at", {"queues": queues, "tasks": None, "now": None, "max_groups": max_groups}
+    )
     assert row is not None, "the aggregate always returns one row"
     return row["run_at"]
 
@@ -72,7 +74,7 @@ def test_a_deep_future_queue_costs_a_few_index_probes(
     later.apply_async((0,), tenant="y", priority=3, countdown=60)  # the earliest job
     conn.execute("ANALYZE pgtasks.jobs")
     query = app.store.query("job_next_run_at")
-    params = {"queues": ["later"], "now": None, "max_groups": NEXT_RUN_AT_MAX_GROUPS}
+    params = {"queues": ["later"], "tasks": None, "now": None, "max_groups": NEXT_RUN_AT_MAX_GROUPS}
     row = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {query}", params).fetchone()
     assert row is not None
     nodes = list(plan_nodes(row[0][0]["Plan"]))

@@ -93,6 +93,7 @@ def _ids_params(ids: list[int], queues: list[str]) -> dict[str, Any]:
         "queues": text_array_literal(queues),
         "now": None,
         "worker_id": WORKER,
+        "tasks": None,
     }
 
 

@@ -90,7 +90,7 @@ def _queues(value: str) -> tuple[str, ...]:
     type=click.Choice(["fail", "defer"]),
     default="fail",
     show_default=True,
-    help="Fail jobs of tasks this worker does not know, or defer them for one that does.",
+    help="Fail jobs of tasks this worker does not know, or leave them queued for one that does.",
 )
 @click.option("-B", "--beat", is_flag=True, help="Also run the scheduler in this process (as Celery's -B).")
 @click.option(

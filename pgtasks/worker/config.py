@@ -50,7 +50,8 @@ class WorkerConfig:
         completion_delay: seconds a finished job waits for others to share its write
             (default 0.002).
         unknown_tasks: ``"fail"`` (default: fail jobs of unknown task names at once)
-            or ``"defer"`` (put them back for a worker that knows them, 60 s later).
+            or ``"defer"`` (claim only the tasks this worker knows; other tasks' jobs
+            stay queued, untouched, for a worker that knows them).
         worker_id: explicit id (default `make_worker_id`).
         app_spec: ``module:attribute`` of the app, needed by the processes pool.
         plugins: plugin modules (``--plugin``) the processes pool's children

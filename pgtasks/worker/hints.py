@@ -10,6 +10,12 @@ job enqueued into an idle fleet is mostly that claim.
 Anything else (a bare queue name, more names than one claim takes, jobs still held,
 the poll timer, a reconnect) leaves the decision to the full claim, which never
 misses a due job: a name is only a shortcut.
+
+The payload does not carry the task: a worker with ``--unknown-tasks defer`` is
+woken for any job of its queues, and its claim by id, like its full claim, takes
+only the tasks it knows (``job_claim_ids``' task list). A named job of another task
+costs it one primary-key read, leaves the job untouched, and the worker then
+sleeps as after any claim that found nothing.
 """
 
 from __future__ import annotations

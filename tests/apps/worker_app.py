@@ -273,9 +273,10 @@ class WorkerProcess:
         dsn: the test database (passed as ``PGTASKS_DSN``).
         args: worker flags, e.g. ``["-c", "4", "--lease-timeout", "3"]``.
         log_path: file receiving the worker's stderr (its log).
+        app_spec: the ``-A`` app (default: this module's `app`).
     """
 
-    def __init__(self, dsn: str, args: Sequence[str], log_path: Path) -> None:
+    def __init__(self, dsn: str, args: Sequence[str], log_path: Path, app_spec: str = APP_SPEC) -> None:
         self.log_path = log_path
         env = {
             **os.environ,
@@ -285,7 +286,7 @@ class WorkerProcess:
         }
         self._log = log_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pgtasks", "-A", APP_SPEC, "-l", "INFO", "worker", *args],
+            [sys.executable, "-m", "pgtasks", "-A", app_spec, "-l", "INFO", "worker", *args],
             cwd=REPO,
             env=env,
             stdout=self._log,
