@@ -234,11 +234,13 @@ class JobStore:
         start_tenant: str = "",
         max_tenants: int,
         fair: bool,
+        tasks: str | None = None,
         now: Now = None,
     ) -> list[tuple[Any, ...]]:
         """Claim up to ``limit`` due jobs of ``queues`` (a ``text[]`` literal,
         `text_array_literal`) for ``worker_id``: rows of `pgtasks.context.CLAIM_COLUMNS`
-        followed by ``tenant_share``.
+        followed by ``tenant_share``. ``tasks``: only jobs of these task names (a
+        ``text[]`` literal), None for every task.
 
         Raises:
             DatabaseError: SQLSTATE 23505 when another worker took a job with the
@@ -246,31 +248,41 @@ class JobStore:
         """
         params = {
             "queues": queues, "start_tenant": start_tenant, "max_tenants": max_tenants, "limit": limit,
-            "now": now, "fair": fair, "worker_id": worker_id,
+            "now": now, "fair": fair, "worker_id": worker_id, "tasks": tasks,
         }  # fmt: skip
         return self.database.fetch_tuples("job_claim_batch", params, lenient=True)
 
     def claim_ids(
-        self, *, ids: Iterable[int], queues: str, worker_id: str, now: Now = None
+        self, *, ids: Iterable[int], queues: str, worker_id: str, tasks: str | None = None, now: Now = None
     ) -> list[tuple[Any, ...]]:
-        """Claim the named jobs that are due, in ``queues`` (a ``text[]`` literal):
-        rows of `pgtasks.context.CLAIM_COLUMNS`.
+        """Claim the named jobs that are due, in ``queues`` (a ``text[]`` literal), of
+        ``tasks`` (as for `claim_batch`): rows of `pgtasks.context.CLAIM_COLUMNS`.
 
         Raises:
             DatabaseError: SQLSTATE 23505, as for `claim_batch`.
         """
-        params = {"ids": bigint_array_literal(ids), "queues": queues, "now": now, "worker_id": worker_id}
+        params = {
+            "ids": bigint_array_literal(ids), "queues": queues, "tasks": tasks, "now": now,
+            "worker_id": worker_id,
+        }  # fmt: skip
         return self.database.fetch_tuples("job_claim_ids", params, lenient=True)
 
     def claim_suspects(
-        self, *, queues: str, limit: int, start_tenant: str = "", max_tenants: int, now: Now = None
+        self,
+        *,
+        queues: str,
+        limit: int,
+        start_tenant: str = "",
+        max_tenants: int,
+        tasks: str | None = None,
+        now: Now = None,
     ) -> list[tuple[int, str | None]]:
         """After a failed claim: (id, lock key) of the jobs `claim_batch` with these
         parameters may have tried to take, in claim order per tenant (see the query).
         """
         params = {
             "queues": queues, "limit": limit, "start_tenant": start_tenant, "max_tenants": max_tenants,
-            "now": now,
+            "tasks": tasks, "now": now,
         }  # fmt: skip
         return [(int(r[0]), r[1]) for r in self.database.fetch_tuples("job_claim_suspects", params)]
 
@@ -298,11 +310,12 @@ class JobStore:
         return None if row is None else str(row["task_name"])
 
     def next_run_at(
-        self, *, queues: str, max_groups: int, now: Now = None
+        self, *, queues: str, max_groups: int, tasks: str | None = None, now: Now = None
     ) -> tuple[datetime | None, datetime]:
-        """(earliest run-at of a queued job in ``queues`` or None, the database's now)."""
+        """(earliest run-at of a queued job in ``queues`` of ``tasks`` (as for
+        `claim_batch`) or None, the database's now)."""
         row = self.database.fetch_one(
-            "job_next_run_at", {"queues": queues, "now": now, "max_groups": max_groups}
+            "job_next_run_at", {"queues": queues, "tasks": tasks, "now": now, "max_groups": max_groups}
         )
         assert row is not None  # an aggregate: always one row
         return row["run_at"], row["now"]

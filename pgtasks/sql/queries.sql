@@ -172,6 +172,10 @@ ORDER BY queue, status;
 -- priority, so jobs due later cost one probe per (tenant, priority), not one index entry each.
 -- The per-tenant sub-selects lock with SKIP LOCKED inside LATERAL; the outer UPDATE joins on
 -- the picked ids, so no LIMITed sub-select sits in a WHERE ... IN (the planner trap).
+-- %(tasks)s (a text[], or NULL for every task): the task names this worker knows, with
+-- --unknown-tasks defer; the per-(tenant, priority) scans pass over other tasks' jobs
+-- without locking them, so a worker that knows such a job claims it at once. The tenant
+-- and priority probes do not look at the task: each stays one probe.
 WITH RECURSIVE tenants AS (
     SELECT f.queue, f.tenant, f.priority, f.run_at, 1 AS n
     FROM unnest(%(queues)s::text[]) AS q(queue)
@@ -239,6 +243,7 @@ candidates AS (
                 WHERE j.status = 'queued' AND j.queue = t.queue AND j.tenant = t.tenant
                   AND j.priority = p.priority
                   AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+                  AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[]))
                   AND (j.lock_key IS NULL OR NOT EXISTS (
                         SELECT 1 FROM pgtasks.jobs r
                         WHERE r.lock_key = j.lock_key AND r.status = 'running'))
@@ -307,7 +312,8 @@ ORDER BY c.claim_order;
 -- name: job_claim_ids
 -- Claim the named jobs for an idle worker (their ids came with the enqueue notifications):
 -- the rules of job_claim_batch (one of %(queues)s, due, lock key not running elsewhere, at
--- most one job per lock key, priority order), but each job found by its primary key.
+-- most one job per lock key, priority order, only %(tasks)s unless NULL), but each job
+-- found by its primary key.
 -- The expected status is a run-time value here too, so only the primary key can find the
 -- ids, whatever the statistics say (see job_claim_batch's write).
 WITH candidates AS (
@@ -316,6 +322,7 @@ WITH candidates AS (
     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = (SELECT 'queued'::text)
       AND j.queue = ANY(%(queues)s::text[])
       AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+      AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[]))
       AND (j.lock_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM pgtasks.jobs r
             WHERE r.lock_key = j.lock_key AND r.status = 'running'))
@@ -358,6 +365,8 @@ ORDER BY c.claim_order;
 -- number of groups, not of queued jobs: an idle worker above a million jobs due tomorrow
 -- reads a few index pages, not the million entries. Past %(max_groups)s groups in a queue
 -- (many tenants or priorities) it falls back to the aggregate over every queued entry.
+-- Only jobs of %(tasks)s unless NULL (the claim's filter): an idle worker is not woken for
+-- jobs it leaves to others; each probe then passes over their entries (a row read each).
 WITH RECURSIVE groups AS (
     SELECT f.queue, f.tenant, f.priority, f.run_at, 1 AS n
     FROM unnest(%(queues)s::text[]) AS q(queue)
@@ -365,6 +374,7 @@ WITH RECURSIVE groups AS (
         SELECT j.queue, j.tenant, j.priority, j.run_at
         FROM pgtasks.jobs j
         WHERE j.status = 'queued' AND j.queue = q.queue
+          AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[]))
         ORDER BY j.tenant, j.priority DESC, j.run_at
         LIMIT 1
     ) f
@@ -376,12 +386,14 @@ WITH RECURSIVE groups AS (
          FROM pgtasks.jobs j
          WHERE j.status = 'queued' AND j.queue = g.queue AND j.tenant = g.tenant
            AND j.priority < g.priority
+           AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[]))
          ORDER BY j.priority DESC, j.run_at
          LIMIT 1)
         UNION ALL
         (SELECT j.queue, j.tenant, j.priority, j.run_at
          FROM pgtasks.jobs j
          WHERE j.status = 'queued' AND j.queue = g.queue AND j.tenant > g.tenant
+           AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[]))
          ORDER BY j.tenant, j.priority DESC, j.run_at
          LIMIT 1)
         LIMIT 1
@@ -391,7 +403,8 @@ WITH RECURSIVE groups AS (
 -- The fallback is an uncorrelated sub-select: PostgreSQL runs it only if that branch is taken.
 SELECT CASE WHEN max(g.n) >= %(max_groups)s
             THEN (SELECT min(j.run_at) FROM pgtasks.jobs j
-                  WHERE j.status = 'queued' AND j.queue = ANY(%(queues)s::text[]))
+                  WHERE j.status = 'queued' AND j.queue = ANY(%(queues)s::text[])
+                    AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[])))
             ELSE min(g.run_at) END AS run_at,
        coalesce(%(now)s::timestamptz, now()) AS now
 FROM groups g;
@@ -454,7 +467,8 @@ RETURNING id, run_at, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
 -- for the worker to test (pgtasks.worker.isolation). Per queue of %(queues)s, the first
 -- %(max_tenants)s tenants from %(start_tenant)s, and of each the first %(limit)s due jobs in
 -- claim order whose lock key is not running: what job_claim_batch picks with the same
--- parameters is among them. Run only after a failed claim, so it may read every queued entry.
+-- parameters is among them (only jobs of %(tasks)s unless NULL, as the claim). Run only after
+-- a failed claim, so it may read every queued entry.
 WITH tenants AS (
     SELECT g.queue, g.tenant
     FROM (SELECT d.queue, d.tenant, row_number() OVER (PARTITION BY d.queue ORDER BY d.tenant) AS n
@@ -471,6 +485,7 @@ CROSS JOIN LATERAL (
     FROM pgtasks.jobs j
     WHERE j.status = 'queued' AND j.queue = t.queue AND j.tenant = t.tenant
       AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+      AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[]))
       AND (j.lock_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM pgtasks.jobs r
             WHERE r.lock_key = j.lock_key AND r.status = 'running'))

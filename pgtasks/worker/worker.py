@@ -118,6 +118,12 @@ class Worker:
         self._low_water = max(self.config.concurrency, self.config.capacity // 2)
         # The queues as one text[] literal, built once: psycopg adapts a list per call.
         self._queues = text_array_literal(self.config.queues)
+        # With --unknown-tasks defer, the task names this worker knows, the same way: its
+        # claims take only their jobs and leave the others, untouched, to a worker that
+        # knows them (a rolling deploy). None: every task (unknown ones are failed).
+        self._tasks = (
+            text_array_literal(sorted(self.app.tasks)) if self.config.unknown_tasks == "defer" else None
+        )
         # Jobs named by enqueue notifications, claimed by id while the worker is idle;
         # by this time.monotonic() deadline the worker polls regardless (a full claim,
         # or with no job held, first the question whether any job is due).
@@ -332,6 +338,7 @@ class Worker:
             if exc.sqlstate != LOCK_RACE:  # a row the claim cannot take: fail it, go on
                 suspects = self.jobs.claim_suspects(
                     queues=self._queues,
+                    tasks=self._tasks,
                     limit=limit,
                     start_tenant=start_tenant,
                     max_tenants=self.config.max_tenants_per_claim,
@@ -363,6 +370,7 @@ class Worker:
     def _claim_batch(self, limit: int, start_tenant: str) -> list[tuple[Any, ...]]:
         return self.jobs.claim_batch(
             queues=self._queues,
+            tasks=self._tasks,
             worker_id=self.id,
             limit=limit,
             start_tenant=start_tenant,
@@ -373,7 +381,7 @@ class Worker:
     def _claim_named(self, ids: list[int]) -> int:
         """Claim jobs named by notifications (`WakeHints`), by primary key; returns how many."""
         try:
-            rows = self.jobs.claim_ids(ids=ids, queues=self._queues, worker_id=self.id)
+            rows = self.jobs.claim_ids(ids=ids, queues=self._queues, tasks=self._tasks, worker_id=self.id)
         except DatabaseError as exc:
             if exc.sqlstate != LOCK_RACE and (exc.transient or not self._isolate_unclaimable(exc, ids)):
                 raise
@@ -407,7 +415,9 @@ class Worker:
         """(earliest run-at of a queued job in our queues or None, database now);
         (None, None) when the database could not answer."""
         try:
-            return self.jobs.next_run_at(queues=self._queues, max_groups=NEXT_RUN_AT_MAX_GROUPS)
+            return self.jobs.next_run_at(
+                queues=self._queues, tasks=self._tasks, max_groups=NEXT_RUN_AT_MAX_GROUPS
+            )
         except DatabaseError:
             return None, None
 
@@ -476,7 +486,12 @@ class Worker:
 
     def _unknown_task(self, held: HeldJob) -> None:
         """A claimed job of a task this worker does not know: defer it or fail it
-        (``config.unknown_tasks``)."""
+        (``config.unknown_tasks``).
+
+        With ``defer`` the claims take only the tasks this worker knows (``_tasks``),
+        so a job lands here only if the app's task registry changed after the worker
+        started; it is put back for ``UNKNOWN_TASK_DEFER`` seconds, attempt not used.
+        """
         name = held.request.task_name
         if self.config.unknown_tasks == "defer":
             log.warning(
