@@ -365,7 +365,9 @@ class App:
         )
 
     def queue_stats(self) -> list[dict[str, Any]]:
-        """Job counts per queue and status: ``[{"queue", "status", "jobs", "oldest_run_at"}]``."""
+        """Job counts per queue and status: ``[{"queue", "status", "jobs", "claimed",
+        "oldest_run_at"}]``; claimed: of the ``running`` jobs, those held by a worker but
+        not started (`Job.phase`)."""
         return self.stores.jobs.queue_stats()
 
     def purge(

@@ -87,6 +87,9 @@ class Completion:
         result: the result itself (for ``pgtasks_job_succeeded``).
         runtime: seconds the attempt ran.
         lock_key: the job's lock key; written, the job frees it for its next job.
+        started, finished: when the body started and ended (Unix seconds, the worker's
+            clock), written as the job's ``started_at`` and ``finished_at`` (None: the
+            database clock at the write).
     """
 
     job_id: int
@@ -95,6 +98,13 @@ class Completion:
     result: Any
     runtime: float
     lock_key: str | None = None
+    started: float | None = None
+    finished: float | None = None
+
+
+# Seconds a start waits for the successes queued before it to be written (then it is
+# written anyway: the sync start of a non-idempotent task; or tried again: the batch).
+START_WAIT = 1.0
 
 
 class Completer:
@@ -137,6 +147,12 @@ class Completer:
         self._stop = False
         self._thread: threading.Thread | None = None
         self.written = 0
+        # Batches taken and batches written (successes or not), under _batches: a start
+        # is written only after every success queued before it (`_written_before`), so a
+        # slot's previous job never shows running beside its next one.
+        self._batches = threading.Condition()
+        self._taken = 0
+        self._done = 0
 
     def _owner(self) -> str:
         if self.worker_id is None:
@@ -188,7 +204,9 @@ class Completer:
             if len(pending) < self.batch and not self._stop:
                 self._full.wait(self.delay)  # let results from other threads join
             self._full.clear()
-            taken = [pending.popleft() for _ in range(min(len(pending), self.batch))]
+            with self._batches:
+                taken = [pending.popleft() for _ in range(min(len(pending), self.batch))]
+                self._taken += 1
             self._clear_ready_if_empty()
             return taken
 
@@ -200,10 +218,25 @@ class Completer:
 
     def _run(self) -> None:
         while (items := self._take()) is not None:
-            self._write_successes(items)
+            try:
+                self._write_successes(items)
+            finally:
+                with self._batches:
+                    self._done += 1
+                    self._batches.notify_all()
+
+    def _written_before(self, timeout: float) -> bool:
+        """Wait until every success queued so far is written (or given up on); returns
+        False if that took longer than ``timeout`` seconds. Pending successes are taken
+        first in, first out, at most a batch at a time, so they are all in the next
+        ``ceil(pending / batch)`` batches."""
+        with self._batches:
+            target = self._taken + -(-len(self._pending) // self.batch)
+            return self._batches.wait_for(lambda: self._done >= target, timeout)
 
     def _write_successes(self, items: list[Completion]) -> None:
         worker_id = self._owner()
+        base, spans = _spans(items)
         delay = 0.05
         while True:
             try:
@@ -211,6 +244,8 @@ class Completer:
                     worker_id=worker_id,
                     ids=[c.job_id for c in items],
                     results_json=[c.result_json for c in items],
+                    base=base,
+                    spans=spans,
                 )
                 break
             except DatabaseError as exc:
@@ -247,7 +282,7 @@ class Completer:
 
     # -- every other outcome: one path ------------------------------------------------
 
-    def set_state_if_running(self, request: Request, outcome: Outcome) -> bool:
+    def set_state_if_running(self, request: Request, outcome: Outcome, started: float | None = None) -> bool:
         """Write a non-success outcome if the job is still running and held by this worker.
 
         A retry puts the job back in the queue (``outcome.delay`` seconds on); any
@@ -261,13 +296,14 @@ class Completer:
             request: the attempt's request (job id, task name, attempt number,
                 attempts allowed).
             outcome: what to write.
+            started: when the attempt's body started (Unix seconds), None if it never did.
 
         Returns:
             Whether the write applied (False: the job was no longer held, was
             reaped or cancelled meanwhile, or nothing could be written).
         """
         try:
-            return self._write_state(request, outcome)
+            return self._write_state(request, outcome, started)
         except (SerializationError, DatabaseError) as exc:
             if outcome.error.get("code") == ErrorCode.OUTCOME_NOT_RECORDED:
                 log.error("cannot record even the failure of job %s (%s)", request.id, exc)
@@ -281,9 +317,9 @@ class Completer:
                 f"the attempt ended {outcome.status} but that cannot be stored: {exc}",
             )
             fallback = Outcome(JobStatus.FAILED, error, max_attempts=request.max_attempts)
-            return self.set_state_if_running(request, fallback)
+            return self.set_state_if_running(request, fallback, started)
 
-    def _write_state(self, request: Request, outcome: Outcome) -> bool:
+    def _write_state(self, request: Request, outcome: Outcome, started: float | None) -> bool:
         job_id: int = request.id  # type: ignore[assignment]  # a claimed job always has one
         worker_id = self._owner()
         for attempt in range(_TRANSIENT_TRIES):
@@ -295,6 +331,7 @@ class Completer:
                         delay=outcome.delay,
                         max_attempts=outcome.max_attempts,
                         error=outcome.error,
+                        started=started,
                     )
                 else:
                     result = getattr(outcome.result, "json", None)
@@ -306,6 +343,7 @@ class Completer:
                         status=str(outcome.status),
                         error=outcome.error,
                         result_json=result,
+                        started=started,
                     )
             except DatabaseError as exc:
                 if not exc.transient:
@@ -395,6 +433,37 @@ class Completer:
         )
         return True
 
+    # -- starts (not a status: a held job's started_at) ------------------------------------
+
+    def record_start(self, request: Request, started: float) -> bool:
+        """Record, before its body runs, that a held job starts at ``started`` (Unix
+        seconds): for tasks that must not run twice, so that a lost worker's job is
+        known to have started. Returns whether the job was still held.
+
+        Raises:
+            DatabaseError: the start could not be recorded (the body must not run).
+        """
+        job_id: int = request.id  # type: ignore[assignment]  # a claimed job always has one
+        if not self._written_before(START_WAIT):
+            log.warning("job %s starts before earlier results are written", job_id)
+        return self.jobs.start(id=job_id, worker_id=self._owner(), started=started)
+
+    def record_starts(self, starts: Sequence[tuple[int, float]]) -> int | None:
+        """Record the starts ``(job id, Unix seconds)`` of held jobs whose body runs, in
+        one statement, once the successes queued before are written; returns how many
+        were written, None if those successes are not written yet (call again later).
+
+        Raises:
+            DatabaseError: the statement failed (the next call writes them).
+        """
+        if not starts:
+            return 0
+        if not self._written_before(START_WAIT):
+            return None
+        return self.jobs.mark_started(
+            worker_id=self._owner(), ids=[i for i, _ in starts], starts=[t for _, t in starts]
+        )
+
     # -- handing claimed jobs back (the attempt is not used) -----------------------------
 
     def defer(self, request: Request, delay: float) -> bool:
@@ -436,3 +505,18 @@ class Completer:
             reaper_log.warning("reaped job %s (%s) of a lost worker: now %s", r.job_id, r.task_name, r.status)
             self._hook("pgtasks_job_reaped", job_id=r.job_id, task_name=r.task_name, new_status=r.status)
         return reaped
+
+
+def _spans(items: Sequence[Completion]) -> tuple[float | None, list[int]]:
+    """(base, each completion's start and end in turn, in microseconds after base), as
+    `JobStore.succeed_batch` takes them; (None, []) when one of them lacks either (the
+    database clock then stands for every one)."""
+    if not items or items[0].started is None:
+        return None, []
+    base = items[0].started
+    spans: list[int] = []
+    for c in items:
+        if c.started is None or c.finished is None:
+            return None, []
+        spans += (round((c.started - base) * 1e6), round((c.finished - base) * 1e6))
+    return base, spans

@@ -64,6 +64,16 @@ class AsyncResult:
     state = status  # Celery's other name
 
     @property
+    def phase(self) -> str:
+        """The status, except ``claimed`` while a worker holds the job without having
+        started its body (prefetched; status ``running``): see `pgtasks.Job.phase`.
+
+        Raises:
+            JobNotFound: no job has this id.
+        """
+        return self.job().phase
+
+    @property
     def result(self) -> Any:
         """The return value once succeeded; the failure as a `TaskFailed` once failed; else None."""
         row = self._row()

@@ -15,6 +15,18 @@ stale writer changes nothing (a reaper never overwrites a job that just finished
       │  └──no claim can take the row (UNCLAIMABLE)──▶ failed
       └──retry / worker lost / released on shutdown── running
     failed, cancelled, partial_failure ──requeue by hand──▶ queued
+
+A ``running`` job is in one of two phases (`CLAIMED`, not a status of its own: the
+transitions and their guards are the same). A worker claims jobs ahead of its free
+slots (prefetch); such a job is *claimed*: ``running``, held by the worker, but with
+``started_at`` NULL, its body not started. Its body starts when a slot takes it; from
+then, with ``started_at`` set, it is *running* in the views (`pgtasks.Job.phase`, the
+CLI, the metrics), so no more jobs show running on a worker than its concurrency. The
+start of a task with ``retry_on_worker_lost=False`` is written before its body runs;
+any other's goes with its outcome, or within a fraction of a second in a batch
+(`pgtasks.worker.starts`). A claimed job whose worker is lost goes back to the queue
+with its attempt not used, whatever the task; only a started one is a lost attempt
+(retried, or failed ``WORKER_LOST`` for a non-idempotent task).
 """
 
 from __future__ import annotations
@@ -23,7 +35,19 @@ import enum
 from types import MappingProxyType
 from typing import Final
 
-__all__ = ["TERMINAL", "TRANSITIONS", "ErrorCode", "FailureClass", "JobStatus", "Trigger", "can_transition"]
+__all__ = [
+    "CLAIMED",
+    "TERMINAL",
+    "TRANSITIONS",
+    "ErrorCode",
+    "FailureClass",
+    "JobStatus",
+    "Trigger",
+    "can_transition",
+]
+
+# The phase of a ``running`` job a worker holds but has not started (``started_at`` NULL).
+CLAIMED: Final = "claimed"
 
 
 class JobStatus(enum.StrEnum):

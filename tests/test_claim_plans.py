@@ -160,7 +160,7 @@ def test_outcomes_find_the_job_by_its_key_whatever_the_statistics_say(
     job_id = claimed[0]["id"]
     values = {
         "id": job_id, "worker_id": "w-plans", "status": "failed", "error": "{}", "result": None, "now": None,
-        "delay": 1.0, "max_attempts": 1, "progress": '{"done": 1}',
+        "delay": 1.0, "max_attempts": 1, "progress": '{"done": 1}', "started": None,
     }  # fmt: skip
     for query in ("job_finish", "job_retry", "job_report_progress"):
         names = _prepare(session, query, app.store.query(query))

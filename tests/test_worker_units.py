@@ -156,6 +156,10 @@ def test_reaper_takes_only_running_jobs_of_expired_workers(
     t0 = one(conn, "SELECT now()") + SECOND
     register(store, "dead", t0)
     assert sorted(claim(store, "dead", t0)) == sorted([done_job, lost_job, lost_once])
+    # Their bodies started (a claimed job not started goes back with its attempt unused:
+    # tests/test_honest_start.py).
+    started = [done_job, lost_job, lost_once]
+    assert JobStore(store).mark_started(worker_id="dead", ids=started, starts=[t0.timestamp()] * 3) == 3
     assert succeed(store, "dead", [done_job], t0 + SECOND) == [done_job]
 
     assert (

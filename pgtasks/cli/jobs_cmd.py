@@ -7,6 +7,7 @@ import click
 from pgtasks.cli.common import AppLoader, fail, new_console, new_table
 from pgtasks.errors import PgtasksError
 from pgtasks.serialization import dumps
+from pgtasks.states import CLAIMED
 
 __all__ = ["jobs_group", "purge_command", "queues_command", "workers_command"]
 
@@ -46,7 +47,7 @@ def jobs_list(
             j.task_name,
             j.queue,
             j.tenant,
-            str(j.status),
+            j.phase,
             f"{j.attempt}/{j.max_attempts}",
             f"{j.run_at:%Y-%m-%d %H:%M:%S}",
             f"{j.finished_at:%H:%M:%S}" if j.finished_at else "",
@@ -75,6 +76,7 @@ def jobs_show(loader: AppLoader, job_id: int) -> None:
         "queue",
         "tenant",
         "status",
+        "phase",
         "attempt",
         "max_attempts",
         "priority",
@@ -153,24 +155,28 @@ def jobs_cancel(loader: AppLoader, job_ids: tuple[int, ...], terminate: bool) ->
 def queues_command(loader: AppLoader) -> None:
     """Job counts per queue and status."""
     rows = loader.get().queue_stats()
-    table = new_table("queue", *_STATUSES, "oldest queued")
+    # Running jobs whose body has not started (claimed ahead) are shown apart.
+    columns = ["queued", CLAIMED, *_STATUSES[1:]]
+    table = new_table("queue", *columns, "oldest queued")
     by_queue: dict[str, dict[str, object]] = {}
     for r in rows:
         q = by_queue.setdefault(r["queue"], {})
-        q[r["status"]] = r["jobs"]
+        q[r["status"]] = r["jobs"] - r["claimed"]
+        if r["claimed"]:
+            q[CLAIMED] = r["claimed"]
         if r["oldest_run_at"] is not None:
             q["oldest"] = r["oldest_run_at"]
     for name, counts in sorted(by_queue.items()):
-        table.add_row(name, *(str(counts.get(s, 0)) for s in _STATUSES), str(counts.get("oldest", "")))
+        table.add_row(name, *(str(counts.get(s, 0)) for s in columns), str(counts.get("oldest", "")))
     new_console().print(table)
 
 
 @click.command("workers")
 @click.pass_obj
 def workers_command(loader: AppLoader) -> None:
-    """Registered workers, their lease and running jobs."""
+    """Registered workers, their lease, running jobs and jobs claimed ahead."""
     workers = loader.get().stores.workers.list()
-    table = new_table("id", "queues", "pool", "concurrency", "running", "last seen", "state")
+    table = new_table("id", "queues", "pool", "concurrency", "running", CLAIMED, "last seen", "state")
     for w in workers:
         table.add_row(
             w.id,
@@ -178,6 +184,7 @@ def workers_command(loader: AppLoader) -> None:
             w.pool,
             str(w.concurrency),
             str(w.running),
+            str(w.claimed),
             f"{w.last_seen_at:%Y-%m-%d %H:%M:%S}",
             w.state,
         )

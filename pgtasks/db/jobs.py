@@ -220,7 +220,8 @@ class JobStore:
         return StoredJobStatus(status=str(row["status"]), result=row["result"], error=row["error"])
 
     def queue_stats(self) -> list[Row]:
-        """Job counts per queue and status: ``[{"queue", "status", "jobs", "oldest_run_at"}]``."""
+        """Job counts per queue and status: ``[{"queue", "status", "jobs", "claimed",
+        "oldest_run_at"}]`` (claimed: of the ``running`` jobs, those not started)."""
         return self.database.fetch_all("queue_stats")
 
     # -- claiming (the worker's hot path: tuples, parameters sent as literals) -------
@@ -328,19 +329,27 @@ class JobStore:
         worker_id: str,
         ids: Sequence[int],
         results_json: Sequence[str],
+        spans: Sequence[int] = (),
+        base: float | None = None,
         now: Now = None,
         conn: AnyConnection | None = None,
     ) -> list[int]:
         """Mark the jobs ``worker_id`` still runs succeeded with their results (JSON
         texts, in the order of ``ids``); returns the ids it completed.
 
-        The ids go as one array literal and the results as one JSON array: psycopg
-        adapts a Python list element by element, a string in one step. ``conn``:
-        write in the caller's transaction (tests that hold the write open).
+        ``spans``: for each job in turn, when its body started and when it ended, in
+        microseconds after ``base`` (Unix seconds, the worker's clock): its
+        ``started_at`` (unless already written) and ``finished_at``; without them, the
+        database clock. The ids go as one array
+        literal and the results as one JSON array: psycopg adapts a Python list element
+        by element, a string in one step. ``conn``: write in the caller's transaction
+        (tests that hold the write open).
         """
         params = {
             "ids": bigint_array_literal(ids),
             "results": "[" + ",".join(results_json) + "]",
+            "spans": "{" + ",".join(map(str, spans)) + "}",
+            "base": base,
             "worker_id": worker_id,
             "now": now,
         }
@@ -354,17 +363,19 @@ class JobStore:
         status: str,
         error: Mapping[str, Any],
         result_json: str | None = None,
+        started: float | None = None,
         now: Now = None,
     ) -> bool:
         """End a running job ``worker_id`` holds as ``failed``, ``cancelled`` or
-        ``partial_failure``; False if it no longer held it.
+        ``partial_failure``; False if it no longer held it. ``started``: when its body
+        started (Unix seconds), None if it never did.
 
         Raises:
             SerializationError: the error record cannot be stored.
         """
         params = {
             "id": id, "worker_id": worker_id, "status": status, "error": dumps(dict(error), "error"),
-            "result": result_json, "now": now,
+            "result": result_json, "started": started, "now": now,
         }  # fmt: skip
         return self.database.fetch_one("job_finish", params) is not None
 
@@ -376,17 +387,19 @@ class JobStore:
         delay: float,
         max_attempts: int,
         error: Mapping[str, Any],
+        started: float | None = None,
         now: Now = None,
     ) -> bool:
         """Put a running job ``worker_id`` holds back in the queue, due in ``delay``
-        seconds, recording the failed attempt; False if it no longer held it.
+        seconds, recording the failed attempt (its body started at ``started``, Unix
+        seconds); False if it no longer held it.
 
         Raises:
             SerializationError: the error record cannot be stored.
         """
         params = {
             "id": id, "worker_id": worker_id, "delay": delay, "max_attempts": max_attempts,
-            "error": dumps(dict(error), "error"), "now": now,
+            "error": dumps(dict(error), "error"), "started": started, "now": now,
         }  # fmt: skip
         return self.database.fetch_one("job_retry", params) is not None
 
@@ -394,6 +407,22 @@ class JobStore:
         """Hand a claimed job back, due in ``delay`` seconds, without using an attempt."""
         params = {"id": id, "worker_id": worker_id, "delay": delay, "now": now}
         return self.database.fetch_one("job_defer", params) is not None
+
+    def start(self, *, id: int, worker_id: str, started: float, now: Now = None) -> bool:
+        """Record that the body of a job ``worker_id`` holds starts at ``started`` (Unix
+        seconds), before it runs; False if the worker no longer holds the job."""
+        params = {"id": id, "worker_id": worker_id, "started": started, "now": now}
+        return self.database.fetch_one("job_start", params) is not None
+
+    def mark_started(self, *, worker_id: str, ids: Sequence[int], starts: Sequence[float]) -> int:
+        """Record the starts (Unix seconds, in the order of ``ids``) of held jobs whose
+        body runs, in one statement; returns how many were written."""
+        params = {
+            "ids": bigint_array_literal(ids),
+            "starts": "{" + ",".join(map(repr, starts)) + "}",
+            "worker_id": worker_id,
+        }
+        return len(self.database.fetch_tuples("job_mark_started", params))
 
     def release(self, *, ids: Sequence[int], worker_id: str) -> int:
         """Hand back claimed jobs that never started (attempt not used); returns how many."""

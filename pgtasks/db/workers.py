@@ -36,7 +36,8 @@ class WorkerInfo:
         pool: ``threads`` or ``processes``.
         started_at, last_seen_at, lease_expires_at: its registration and lease.
         stopping: it is draining. expired: its lease has run out (it is lost).
-        running: jobs it holds in ``running``.
+        running: jobs whose body it runs (``running``, started).
+        claimed: jobs it holds claimed ahead, not started (``running``, ``started_at`` NULL).
     """
 
     id: str
@@ -51,6 +52,7 @@ class WorkerInfo:
     stopping: bool
     expired: bool
     running: int
+    claimed: int = 0
 
     @property
     def state(self) -> str:
@@ -112,6 +114,7 @@ class WorkerStore:
                 stopping=bool(r["stopping"]),
                 expired=bool(r["expired"]),
                 running=int(r["running"]),
+                claimed=int(r["claimed"]),
             )
             for r in self.database.fetch_all("worker_list")
         ]

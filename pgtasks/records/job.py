@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import dataclass, fields
 from typing import Any, Self
 
-from pgtasks.states import JobStatus
+from pgtasks.states import CLAIMED, JobStatus
 
 __all__ = ["Attempt", "Job"]
 
@@ -65,6 +65,19 @@ class Job:
         values: dict[str, Any] = {f.name: row.get(f.name) for f in fields(cls)}
         values["status"] = JobStatus(row["status"])
         return cls(**values)
+
+    @property
+    def started(self) -> bool:
+        """Whether the current attempt's body started (``started_at`` is set)."""
+        return self.started_at is not None
+
+    @property
+    def phase(self) -> str:
+        """The status, except ``claimed`` for a job a worker holds but has not started
+        (status ``running``, no ``started_at``: claimed ahead, waiting for a free slot)."""
+        if self.status == JobStatus.RUNNING and self.started_at is None:
+            return CLAIMED
+        return str(self.status)
 
     @property
     def duration(self) -> float | None:

@@ -148,8 +148,10 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: queue_stats
--- Job counts per queue and status (for `pgtasks queues` and metrics).
+-- Job counts per queue and status (for `pgtasks queues` and metrics); claimed: of the
+-- running ones, those held but not started (started_at NULL; 0 for other statuses).
 SELECT queue, status, count(*) AS jobs,
+       count(*) FILTER (WHERE status = 'running' AND started_at IS NULL) AS claimed,
        min(run_at) FILTER (WHERE status = 'queued') AS oldest_run_at
 FROM pgtasks.jobs
 GROUP BY queue, status
@@ -285,13 +287,12 @@ claimed AS (
     --   the ids (130 page reads per claimed job at 20,000 queued jobs, never analyzed).
     -- - The claim order comes back in RETURNING, so no join of the written rows to
     --   picked (with estimates of one row each, a nested loop: n x n rows).
-    -- started_at is the database clock when the row is claimed (clock_timestamp), not
-    -- when the statement's transaction began (now()): under load the two can be
-    -- milliseconds apart, and a job claimed right after another job with its lock key
-    -- finished must not appear to have started before that one ended.
+    -- started_at stays NULL: a claimed job is held, not started (its body may wait in the
+    -- worker's buffer); the worker records the start (job_start, job_mark_started, or
+    -- with the outcome). heartbeat_at is the database clock when the row is claimed.
     UPDATE pgtasks.jobs j
     SET status = 'running', attempt = j.attempt + 1, worker_id = %(worker_id)s,
-        started_at = coalesce(%(now)s::timestamptz, clock_timestamp()),
+        started_at = NULL,
         heartbeat_at = coalesce(%(now)s::timestamptz, clock_timestamp())
     FROM unnest(ARRAY(SELECT p.id FROM picked p ORDER BY p.claim_order))
          WITH ORDINALITY AS o(id, claim_order)
@@ -341,7 +342,7 @@ claimed AS (
     -- Written as job_claim_batch writes, for the same reasons (see there; and for started_at).
     UPDATE pgtasks.jobs j
     SET status = 'running', attempt = j.attempt + 1, worker_id = %(worker_id)s,
-        started_at = coalesce(%(now)s::timestamptz, clock_timestamp()),
+        started_at = NULL,
         heartbeat_at = coalesce(%(now)s::timestamptz, clock_timestamp())
     FROM unnest(ARRAY(SELECT p.id FROM picked p ORDER BY p.claim_order))
          WITH ORDINALITY AS o(id, claim_order)
@@ -411,16 +412,24 @@ FROM groups g;
 
 -- name: job_succeed_batch
 -- Record the results of finished jobs, one statement per batch; wakes result waiters on commit.
--- %(ids)s is a bigint array, %(results)s a JSON array of the results in the same order.
+-- %(ids)s is a bigint array, %(results)s a JSON array of the results in the same order,
+-- %(spans)s a bigint array of the worker's instants, in microseconds after %(base)s (Unix
+-- seconds): each job's start then its end (integers: cheaper to write and to read than
+-- floats). So started_at is when the body started (a start written before, by job_start or
+-- job_mark_started, stays) and finished_at when it ended, with no write of their own.
 WITH v AS (
-    SELECT i.id, r.result
+    SELECT i.id, r.result,
+           to_timestamp(t.base + t.spans[2 * i.n - 1] / 1000000.0::float8) AS started_at,
+           to_timestamp(t.base + t.spans[2 * i.n] / 1000000.0::float8) AS finished_at
     FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS i(id, n)
     JOIN jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY AS r(result, n) USING (n)
+    CROSS JOIN (SELECT %(spans)s::bigint[] AS spans, %(base)s::float8 AS base) t
 ),
 done AS (
     UPDATE pgtasks.jobs j
     SET status = 'succeeded', result = v.result,
-        finished_at = coalesce(%(now)s::timestamptz, now()), cancel_requested = false
+        started_at = coalesce(j.started_at, v.started_at, %(now)s::timestamptz, now()),
+        finished_at = coalesce(%(now)s::timestamptz, v.finished_at, now()), cancel_requested = false
     FROM v
     WHERE j.id = v.id AND j.status = 'running' AND j.worker_id = %(worker_id)s
     RETURNING j.id
@@ -431,15 +440,19 @@ CROSS JOIN (SELECT pg_notify('pgtasks_done', '') IS NOT NULL AS notified) n;
 -- name: job_finish
 -- End a running job with a terminal non-success status (failed, cancelled, partial_failure),
 -- appending the attempt (built from the row, timed by the database clock) to its history.
+-- %(started)s: when its body started (Unix seconds, the worker's clock), NULL if it never
+-- did (cancelled before it started); a start already written stays.
 -- The expected status is a run-time value, so the row is found by its primary key whatever
 -- the statistics say (a constant let stale statistics pick a scan of jobs_running_worker_idx
 -- over every job the worker holds).
 UPDATE pgtasks.jobs
 SET status = %(status)s, finished_at = coalesce(%(now)s::timestamptz, now()),
+    started_at = coalesce(started_at, to_timestamp(%(started)s::float8)),
     error = %(error)s::jsonb, result = %(result)s::jsonb, cancel_requested = false,
     attempts = attempts || jsonb_build_array(jsonb_build_object(
         'attempt', attempt, 'trigger', CASE WHEN attempt > 1 THEN 'retry' ELSE trigger END,
-        'worker_id', worker_id, 'started_at', started_at,
+        'worker_id', worker_id,
+        'started_at', coalesce(started_at, to_timestamp(%(started)s::float8)),
         'finished_at', coalesce(%(now)s::timestamptz, now()), 'outcome', %(status)s::text,
         'error', %(error)s::jsonb))
 WHERE id = %(id)s AND status = (SELECT 'running'::text) AND worker_id = %(worker_id)s
@@ -447,8 +460,8 @@ RETURNING id, finished_at, pg_notify('pgtasks_done', '') IS NOT NULL AS notified
 
 -- name: job_retry
 -- Send a running job back to the queue for another attempt after %(delay)s seconds,
--- appending the failed attempt to its history. Found by its primary key whatever the
--- statistics say (see job_finish).
+-- appending the failed attempt (started at %(started)s, as in job_finish) to its history.
+-- Found by its primary key whatever the statistics say (see job_finish).
 UPDATE pgtasks.jobs
 SET status = 'queued', worker_id = NULL, started_at = NULL, heartbeat_at = NULL,
     run_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s::float8),
@@ -456,7 +469,8 @@ SET status = 'queued', worker_id = NULL, started_at = NULL, heartbeat_at = NULL,
     error = %(error)s::jsonb, cancel_requested = false,
     attempts = attempts || jsonb_build_array(jsonb_build_object(
         'attempt', attempt, 'trigger', CASE WHEN attempt > 1 THEN 'retry' ELSE trigger END,
-        'worker_id', worker_id, 'started_at', started_at,
+        'worker_id', worker_id,
+        'started_at', coalesce(started_at, to_timestamp(%(started)s::float8)),
         'finished_at', coalesce(%(now)s::timestamptz, now()), 'outcome', 'retry',
         'error', %(error)s::jsonb))
 WHERE id = %(id)s AND status = (SELECT 'running'::text) AND worker_id = %(worker_id)s
@@ -518,6 +532,26 @@ SET status = 'failed', finished_at = coalesce(%(now)s::timestamptz, now()),
     error = %(error)s::jsonb, cancel_requested = false
 WHERE id = %(id)s AND status = 'queued'
 RETURNING id, task_name, pg_notify('pgtasks_done', '') IS NOT NULL AS notified;
+
+-- name: job_start
+-- Record that the body of a held job starts now (one job; a task that must not run twice
+-- after a lost worker, retry_on_worker_lost=False: written before its body runs, so the
+-- reaper knows it started). Returns nothing if the worker no longer holds the job.
+UPDATE pgtasks.jobs
+SET started_at = coalesce(%(now)s::timestamptz, to_timestamp(%(started)s::float8))
+WHERE id = %(id)s AND status = (SELECT 'running'::text) AND worker_id = %(worker_id)s
+RETURNING id;
+
+-- name: job_mark_started
+-- Record the starts of held jobs whose body runs (the worker's heartbeat, one statement for
+-- all started since the last): %(ids)s a bigint array, %(starts)s the float8 array of their
+-- start instants (Unix seconds) in the same order. A start already written stays.
+UPDATE pgtasks.jobs j
+SET started_at = to_timestamp(v.started)
+FROM unnest(%(ids)s::bigint[], %(starts)s::float8[]) AS v(id, started)
+WHERE j.id = v.id AND j.status = (SELECT 'running'::text) AND j.worker_id = %(worker_id)s
+  AND j.started_at IS NULL
+RETURNING j.id;
 
 -- name: job_defer
 -- Put a claimed job back without using up an attempt, not before %(delay)s seconds
@@ -628,17 +662,23 @@ RETURNING lease_expires_at;
 DELETE FROM pgtasks.workers WHERE id = %(id)s;
 
 -- name: worker_list
--- Every registered worker with its running-job count.
-SELECT w.*, (w.lease_expires_at < now()) AS expired,
-       (SELECT count(*) FROM pgtasks.jobs j
-        WHERE j.worker_id = w.id AND j.status = 'running') AS running
+-- Every registered worker with the counts of jobs it runs (their body started) and holds
+-- claimed but not started (prefetched).
+SELECT w.*, (w.lease_expires_at < now()) AS expired, c.running, c.claimed
 FROM pgtasks.workers w
+CROSS JOIN LATERAL (
+    SELECT count(j.started_at) AS running, count(*) - count(j.started_at) AS claimed
+    FROM pgtasks.jobs j
+    WHERE j.worker_id = w.id AND j.status = 'running') c
 ORDER BY w.host, w.started_at;
 
 -- name: job_reap_lost
 -- Recover running jobs whose worker's lease expired (or whose worker is gone) and whose own
--- heartbeat is older than the lease: retried now, or failed for non-idempotent tasks and
--- exhausted attempts. Error code WORKER_LOST, failure class transient.
+-- heartbeat is older than the lease. A job whose start was never recorded (started_at NULL:
+-- claimed ahead and not started, or an ordinary task's start not yet written) goes back to
+-- the queue with its attempt not used, whatever its idempotency, and no attempt recorded.
+-- A started one is retried now, or failed for non-idempotent tasks and exhausted attempts.
+-- Error code WORKER_LOST, failure class transient.
 WITH lost AS (
     SELECT j.id
     FROM pgtasks.jobs j
@@ -652,23 +692,27 @@ WITH lost AS (
     FOR UPDATE OF j SKIP LOCKED
 ), reaped AS (
     UPDATE pgtasks.jobs j
-    SET status = CASE WHEN j.retry_on_worker_lost AND j.attempt < j.max_attempts
+    SET status = CASE WHEN j.started_at IS NULL
+                           OR (j.retry_on_worker_lost AND j.attempt < j.max_attempts)
                       THEN 'queued' ELSE 'failed' END,
-        finished_at = CASE WHEN j.retry_on_worker_lost AND j.attempt < j.max_attempts
+        finished_at = CASE WHEN j.started_at IS NULL
+                                OR (j.retry_on_worker_lost AND j.attempt < j.max_attempts)
                            THEN NULL ELSE coalesce(%(now)s::timestamptz, now()) END,
         run_at = coalesce(%(now)s::timestamptz, now()),
+        attempt = CASE WHEN j.started_at IS NULL THEN j.attempt - 1 ELSE j.attempt END,
         worker_id = NULL, started_at = NULL, heartbeat_at = NULL,
-        error = jsonb_build_object(
+        error = CASE WHEN j.started_at IS NULL THEN j.error ELSE jsonb_build_object(
             'type', 'WorkerLost', 'code', 'WORKER_LOST', 'class', 'transient',
             'message', 'worker ' || coalesce(j.worker_id, '?') || ' stopped heartbeating',
-            'worker_id', j.worker_id),
-        attempts = j.attempts || jsonb_build_array(jsonb_build_object(
+            'worker_id', j.worker_id) END,
+        attempts = CASE WHEN j.started_at IS NULL THEN j.attempts
+                   ELSE j.attempts || jsonb_build_array(jsonb_build_object(
             'attempt', j.attempt, 'trigger', CASE WHEN j.attempt > 1 THEN 'retry' ELSE j.trigger END,
             'worker_id', j.worker_id, 'started_at', j.started_at,
             'finished_at', coalesce(%(now)s::timestamptz, now()), 'outcome', 'lost',
             'error', jsonb_build_object('type', 'WorkerLost', 'code', 'WORKER_LOST',
                                         'class', 'transient',
-                                        'message', 'worker stopped heartbeating')))
+                                        'message', 'worker stopped heartbeating'))) END
     -- By primary key, whatever the statistics say (see job_claim_batch's write): a join to
     -- lost, estimated from stale statistics, nested-looped the running jobs over it.
     FROM unnest(ARRAY(SELECT l.id FROM lost l)) AS lost(id)

@@ -40,8 +40,10 @@ class HeldJob:
         "request",
         "revoked",
         "soft_limit_fired",
+        "start_written",
         "started",
         "started_at",
+        "started_wall",
         "task",
         "terminate",
         "thread_id",
@@ -61,6 +63,8 @@ class HeldJob:
         self.finished = False
         self.thread_id: int | None = None
         self.started_at: float | None = None  # time.monotonic()
+        self.started_wall: float | None = None  # time.time(): the start the database records
+        self.start_written = False  # the database has it (job_start, job_mark_started)
         self.soft_limit_fired = False
         self.hard_limit_fired = False
 
@@ -75,6 +79,7 @@ class HeldJob:
             self.started = True
             self.thread_id = threading.get_ident()
             self.started_at = time.monotonic()
+            self.started_wall = time.time()
             return True
 
     def try_revoke(self) -> bool:

@@ -145,13 +145,20 @@ class ProcessPool:
         spec: what the children need (app, plugins, database, worker id).
         size: slots (the worker's concurrency).
         finish: called with ``(held, Success | Outcome)`` when an attempt ends.
+        begin: called as a job starts, before it is sent to a child; when it returns
+            False the job does not run here (its start could not be recorded).
     """
 
     def __init__(
-        self, spec: ChildSpec, size: int, finish: Callable[[HeldJob, Success | Outcome], None]
+        self,
+        spec: ChildSpec,
+        size: int,
+        finish: Callable[[HeldJob, Success | Outcome], None],
+        begin: Callable[[HeldJob], bool] | None = None,
     ) -> None:
         self.spec = spec
         self.finish = finish
+        self.begin = begin
         self._slots = [_Slot(self, i) for i in range(size)]
         self._free: list[_Slot] = list(self._slots)
         self._free_lock = threading.Lock()
@@ -170,6 +177,8 @@ class ProcessPool:
             return self._free.pop()
 
     def _run(self, held: HeldJob) -> None:
+        if self.begin is not None and not self.begin(held):
+            return
         slot = self._take_slot()
         try:
             self.finish(held, self._run_in(slot, held))

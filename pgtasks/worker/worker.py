@@ -48,6 +48,7 @@ from pgtasks.worker.isolation import LOCK_RACE, distinct_keys, find_unclaimable,
 from pgtasks.worker.listener import Listener
 from pgtasks.worker.outcome import cancelled_outcome, decide, unknown_task_outcome
 from pgtasks.worker.pool import HeldJob, ThreadPool, deliver_pending_exception
+from pgtasks.worker.starts import StartRecorder
 from pgtasks.worker.timelimits import TimeLimitWatchdog
 
 __all__ = ["EXIT_FORCED", "EXIT_OK", "Worker"]
@@ -153,6 +154,7 @@ class Worker:
             on_lost=self._on_lost,
             stopping=self._stopping.is_set,
         )
+        self._starts = StartRecorder(self._write_starts)
         self._reaper = Reaper(
             self.jobs,
             self.workers,
@@ -196,6 +198,7 @@ class Worker:
         self._heartbeat.start()
         self._reaper.start()
         self._watchdog.start()
+        self._starts.start()
         if self._listener is not None:
             self._listener.start()
         log.info(
@@ -264,7 +267,7 @@ class Worker:
                 worker_id=self.id,
                 max_tasks=self.config.max_tasks_per_child,
             )
-            return ProcessPool(spec, self.config.concurrency, self._finish)
+            return ProcessPool(spec, self.config.concurrency, self._finish, begin=self._begin)
         return ThreadPool(self.config.concurrency, self._execute)
 
     # -- claiming ------------------------------------------------------------------
@@ -512,6 +515,8 @@ class Worker:
     def _execute(self, held: HeldJob) -> None:
         """Run a held job in a pool thread (the threads pool)."""
         assert held.task is not None
+        if not self._begin(held):
+            return
         context = TaskContext(held.task, held.request, runtime=self)
         outcome: Success | Outcome | None = None
         while True:
@@ -530,6 +535,52 @@ class Worker:
                     outcome = decide(exc, held.task.options, held.request)
         self._finish(held, outcome)
 
+    def _begin(self, held: HeldJob) -> bool:
+        """As a held job starts (its pool slot took it): record the start where it must be
+        durable first; returns whether the body may run.
+
+        A task that must not run twice after a lost worker (``retry_on_worker_lost=False``)
+        has its start written now, one statement, before its body runs: the reaper fails
+        it ``WORKER_LOST`` rather than run it again. Any other task's start costs no write
+        of its own: it goes with the outcome, or with the start recorder's batch
+        (`_write_starts`, `pgtasks.worker.starts`) while the body still runs. If the
+        start cannot be written, or the job is no longer held, the body does not run
+        here (the job is handed back).
+        """
+        assert held.task is not None and held.started_wall is not None
+        if held.task.options.retry_on_worker_lost:
+            return True
+        try:
+            held.start_written = self._completer.record_start(held.request, held.started_wall)
+        except DatabaseError as exc:
+            log.warning("job %s: could not record its start (%s); handing it back", held.id, exc)
+            self._completer.release([held.id], "start not recorded")
+        if not held.start_written:
+            log.warning("job %s was no longer held by this worker at its start; not run", held.id)
+            self._held.pop(held.id, None)
+            self._wake.set()
+        return held.start_written
+
+    def _write_starts(self) -> int:
+        """Record the starts of held jobs whose body runs and whose start is not yet
+        written, in one statement (the start recorder's thread; nothing when there are
+        none): views show them started, and the reaper counts them as lost attempts.
+        Returns how many were written.
+
+        Raises:
+            DatabaseError: the statement failed (the next tick writes them).
+        """
+        pending = [h for h in self._held_jobs() if h.started and not h.finished and not h.start_written]
+        starts = [(h.id, h.started_wall) for h in pending if h.started_wall is not None]
+        if not starts:
+            return 0
+        written = self._completer.record_starts(starts)
+        if written is None:  # earlier results still being written: next tick
+            return 0
+        for h in pending:
+            h.start_written = True
+        return written
+
     def _finish(self, held: HeldJob, outcome: Success | Outcome) -> None:
         """Record how an attempt ended; called from the pool."""
         held.finished = True
@@ -543,10 +594,12 @@ class Worker:
                         outcome.result,
                         outcome.runtime,
                         held.request.lock_key,
+                        held.started_wall,
+                        time.time(),
                     )
                 )
             else:
-                self._completer.set_state_if_running(held.request, outcome)
+                self._completer.set_state_if_running(held.request, outcome, held.started_wall)
         finally:
             self._held.pop(held.id, None)
             self._count_finished()
@@ -682,6 +735,7 @@ class Worker:
             )
         self._completer.stop()
         self._watchdog.stop()
+        self._starts.stop()
         self._reaper.stop()
         self._heartbeat.stop()
         try:
