@@ -75,6 +75,13 @@ def test_kill_9_mid_job_recovers_after_lease(
             timeout=20,
             message="both jobs started",
         )
+        # An ordinary task's start is recorded within a tick of the worker's start recorder:
+        # wait for it, as the lost attempt this test asserts is one whose start was recorded.
+        eventually(
+            lambda: one(conn, "SELECT started_at IS NOT NULL FROM pgtasks.jobs WHERE id = %s", (retried,)),
+            timeout=10,
+            message="the start of the idempotent job recorded",
+        )
         with workers(wdsn, tmp_path, ["-c", "2", *fast]) as (rescuer,):
             rescuer_id = worker_id_of(conn, rescuer.pid)
             victim.signal(signal.SIGKILL)
