@@ -655,3 +655,28 @@ def test_worker_connections_use_generic_plans_and_app_connections_do_not(app: pg
             assert row is not None and row[0] == "auto"
     finally:
         worker.database.close()
+
+
+def test_recorded_start_and_end_are_on_the_database_clock_whatever_the_host_clock(
+    tasks_app: pgtasks.App, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host clock an hour fast (no NTP, a drifting VM) does not move the ``started_at``
+    and ``finished_at`` the worker records: they are on the database clock."""
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600.0)
+    ids = [r.id for r in tasks_app.tasks["w.pid"].delay_many([()] * 3)]
+    worker = Worker(tasks_app, WorkerConfig(concurrency=1, poll_interval=0.1))
+    thread, codes = run_in_thread(worker)
+    try:
+        eventually(lambda: all(status(conn, i) == "succeeded" for i in ids), message="all done")
+    finally:
+        worker.request_stop()
+        thread.join(30)
+    assert codes == [0]
+    for job_id in ids:
+        created, started, finished, now = rows(
+            conn,
+            "SELECT created_at, started_at, finished_at, clock_timestamp() FROM pgtasks.jobs WHERE id = %s",
+            (job_id,),
+        )[0]
+        assert created <= started <= finished <= now, (job_id, created, started, finished, now)

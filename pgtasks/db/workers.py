@@ -81,18 +81,23 @@ class WorkerStore:
         pool: str,
         lease_timeout: float,
         now: Now = None,
-    ) -> None:
-        """Register (or register again) a worker with a lease of ``lease_timeout`` seconds."""
+    ) -> dt.datetime:
+        """Register (or register again) a worker with a lease of ``lease_timeout`` seconds;
+        returns the database clock at the write (`pgtasks.worker.dbtime`)."""
         params = {
             "id": id, "host": host, "pid": pid, "queues": list(queues), "concurrency": concurrency,
             "pool": pool, "lease_timeout": lease_timeout, "now": now,
         }  # fmt: skip
-        self.database.fetch_one("worker_register", params)
+        row = self.database.fetch_one("worker_register", params)
+        assert row is not None  # an INSERT without ON CONFLICT returns its row
+        clock: dt.datetime = row["clock"]
+        return clock
 
-    def heartbeat(self, *, id: str, stopping: bool, now: Now = None) -> bool:
-        """Extend the worker's lease; False if its row is gone (it was taken for lost)."""
+    def heartbeat(self, *, id: str, stopping: bool, now: Now = None) -> dt.datetime | None:
+        """Extend the worker's lease; returns the database clock at the write, or None if
+        its row is gone (it was taken for lost)."""
         row = self.database.fetch_one("worker_heartbeat", {"id": id, "now": now, "stopping": stopping})
-        return row is not None
+        return None if row is None else row["clock"]
 
     def unregister(self, *, id: str) -> None:
         """Remove the worker's row (at a clean shutdown)."""

@@ -646,16 +646,17 @@ INSERT INTO pgtasks.workers (id, host, pid, queues, concurrency, pool, lease_tim
 VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s, %(pool)s,
         make_interval(secs => %(lease_timeout)s::float8),
         coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease_timeout)s::float8))
-RETURNING started_at;
+RETURNING started_at, clock_timestamp() AS clock;
 
 -- name: worker_heartbeat
 -- Extend a worker's lease; returns nothing when the worker row is gone (it was reaped).
+-- The database clock it returns keeps the worker's recorded instants on that clock.
 UPDATE pgtasks.workers
 SET last_seen_at = coalesce(%(now)s::timestamptz, now()),
     lease_expires_at = coalesce(%(now)s::timestamptz, now()) + lease_timeout,
     stopping = %(stopping)s
 WHERE id = %(id)s
-RETURNING lease_expires_at;
+RETURNING lease_expires_at, clock_timestamp() AS clock;
 
 -- name: worker_unregister
 -- Remove a worker that stopped cleanly (its jobs were finished or released first).

@@ -5,11 +5,13 @@ A maintenance service of the shared shape (`pgtasks.maintenance.Service`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from pgtasks.db import JobStore, WorkerStore
 from pgtasks.maintenance import Service
+from pgtasks.worker.dbtime import DatabaseTime
 
 __all__ = ["Heartbeat", "HeartbeatResult"]
 
@@ -32,6 +34,7 @@ class Heartbeat(Service):
         on_cancel: called with ``(job_id, terminate)`` for each job someone asked to cancel.
         on_lost: called when the worker row is gone (it was considered dead).
         stopping: returns whether the worker is draining (shown to operators).
+        clock: kept on the database clock by every beat (`DatabaseTime`), if given.
     """
 
     name = "heartbeat"
@@ -45,6 +48,8 @@ class Heartbeat(Service):
         on_cancel: Callable[[int, bool], None],
         on_lost: Callable[[], None],
         stopping: Callable[[], bool],
+        *,
+        clock: DatabaseTime | None = None,
     ) -> None:
         super().__init__(interval)
         self.workers = workers
@@ -53,12 +58,17 @@ class Heartbeat(Service):
         self.on_cancel = on_cancel
         self.on_lost = on_lost
         self.stopping = stopping
+        self.clock = clock
 
     def run_once(self) -> HeartbeatResult:
         """Beat once: extend the lease, then look for cancellation requests."""
-        extended = self.workers.heartbeat(id=self.worker_id, stopping=self.stopping())
-        if not extended:
+        sent = time.monotonic()
+        database_clock = self.workers.heartbeat(id=self.worker_id, stopping=self.stopping())
+        extended = database_clock is not None
+        if database_clock is None:
             self.on_lost()
+        elif self.clock is not None:
+            self.clock.sync(database_clock, sent, time.monotonic())
         cancels = self.jobs.cancel_requested(worker_id=self.worker_id)
         for c in cancels:
             self.on_cancel(c.job_id, c.terminate)

@@ -43,7 +43,6 @@ class HeldJob:
         "start_written",
         "started",
         "started_at",
-        "started_wall",
         "task",
         "terminate",
         "thread_id",
@@ -62,8 +61,7 @@ class HeldJob:
         self.revoked = False
         self.finished = False
         self.thread_id: int | None = None
-        self.started_at: float | None = None  # time.monotonic()
-        self.started_wall: float | None = None  # time.time(): the start the database records
+        self.started_at: float | None = None  # time.monotonic(); recorded through `DatabaseTime`
         self.start_written = False  # the database has it (job_start, job_mark_started)
         self.soft_limit_fired = False
         self.hard_limit_fired = False
@@ -79,7 +77,6 @@ class HeldJob:
             self.started = True
             self.thread_id = threading.get_ident()
             self.started_at = time.monotonic()
-            self.started_wall = time.time()
             return True
 
     def try_revoke(self) -> bool:

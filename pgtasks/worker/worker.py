@@ -42,6 +42,7 @@ from pgtasks.plugins import call_isolated
 from pgtasks.ports import Engine
 from pgtasks.worker.attempt import Success, run_attempt
 from pgtasks.worker.config import WorkerConfig
+from pgtasks.worker.dbtime import DatabaseTime
 from pgtasks.worker.heartbeat import Heartbeat
 from pgtasks.worker.hints import WakeHints
 from pgtasks.worker.isolation import LOCK_RACE, distinct_keys, find_unclaimable, first_line
@@ -145,6 +146,8 @@ class Worker:
             delay=self.config.completion_delay,
             on_written=self._on_written,
         )
+        # Instants this worker records (a body's start and end), on the database clock.
+        self._clock = DatabaseTime()
         self._heartbeat = Heartbeat(
             self.workers,
             self.jobs,
@@ -153,6 +156,7 @@ class Worker:
             on_cancel=self._on_cancel,
             on_lost=self._on_lost,
             stopping=self._stopping.is_set,
+            clock=self._clock,
         )
         self._starts = StartRecorder(self._write_starts)
         self._reaper = Reaper(
@@ -244,7 +248,10 @@ class Worker:
             os._exit(EXIT_FORCED)
 
     def _register(self) -> None:
-        self.workers.register(
+        with self.database.connection():
+            pass  # the pool open before the clock reading, not inside its round trip
+        sent = time.monotonic()
+        database_clock = self.workers.register(
             id=self.id,
             host=self.id.split(":")[0],
             pid=os.getpid(),
@@ -253,6 +260,7 @@ class Worker:
             pool=self.config.pool,
             lease_timeout=self.config.lease_timeout,
         )
+        self._clock.sync(database_clock, sent, time.monotonic())
 
     def _make_pool(self) -> Any:
         if self.config.pool == "processes":
@@ -547,11 +555,11 @@ class Worker:
         start cannot be written, or the job is no longer held, the body does not run
         here (the job is handed back).
         """
-        assert held.task is not None and held.started_wall is not None
+        assert held.task is not None and held.started_at is not None
         if held.task.options.retry_on_worker_lost:
             return True
         try:
-            held.start_written = self._completer.record_start(held.request, held.started_wall)
+            held.start_written = self._completer.record_start(held.request, self._clock.at(held.started_at))
         except DatabaseError as exc:
             log.warning("job %s: could not record its start (%s); handing it back", held.id, exc)
             self._completer.release([held.id], "start not recorded")
@@ -571,7 +579,7 @@ class Worker:
             DatabaseError: the statement failed (the next tick writes them).
         """
         pending = [h for h in self._held_jobs() if h.started and not h.finished and not h.start_written]
-        starts = [(h.id, h.started_wall) for h in pending if h.started_wall is not None]
+        starts = [(h.id, self._clock.at(h.started_at)) for h in pending if h.started_at is not None]
         if not starts:
             return 0
         written = self._completer.record_starts(starts)
@@ -594,12 +602,16 @@ class Worker:
                         outcome.result,
                         outcome.runtime,
                         held.request.lock_key,
-                        held.started_wall,
-                        time.time(),
+                        None if held.started_at is None else self._clock.at(held.started_at),
+                        self._clock.now(),
                     )
                 )
             else:
-                self._completer.set_state_if_running(held.request, outcome, held.started_wall)
+                self._completer.set_state_if_running(
+                    held.request,
+                    outcome,
+                    None if held.started_at is None else self._clock.at(held.started_at),
+                )
         finally:
             self._held.pop(held.id, None)
             self._count_finished()

@@ -1,0 +1,52 @@
+"""`DatabaseTime`: instants a worker records, kept on the database clock.
+
+A worker records when a job's body started and ended without a round trip of its
+own (the instants go with the success batch or the start recorder's statement), so
+it reads them from its host. pgtasks trusts only the database clock (DESIGN:
+"Workers use the database clock, never their own"), and host clocks disagree (no
+NTP, a drifting VM). Registration and every heartbeat return the database's
+``clock_timestamp()``; from it and the round trip the worker learns how far its host
+clock is off. Within `TRUSTED_SKEW` the host clock is used as it is (a single
+reading cannot place the database clock closer than its round trip, while a host
+kept by NTP is closer than that); beyond it, every recorded instant is corrected by
+the skew measured, to within the round trip of the reading.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+__all__ = ["TRUSTED_SKEW", "DatabaseTime"]
+
+TRUSTED_SKEW = 0.05  # seconds the host clock may be off the database clock and still be used as is
+
+
+class DatabaseTime:
+    """Maps this process's `time.monotonic()` instants to POSIX seconds on the database clock.
+
+    Attributes:
+        correction: seconds added to the host clock's reading (0 while it is trusted).
+    """
+
+    def __init__(self) -> None:
+        self.correction = 0.0
+
+    def sync(self, database_clock: datetime, sent: float, received: float) -> None:
+        """Measure the host clock against one statement's answer.
+
+        Args:
+            database_clock: the database's ``clock_timestamp()`` in the answer (aware).
+            sent, received: `time.monotonic()` just before sending it and just after the answer.
+        """
+        host_at_midpoint = time.time() - (time.monotonic() - (sent + received) / 2)
+        skew = database_clock.timestamp() - host_at_midpoint
+        self.correction = skew if abs(skew) > TRUSTED_SKEW else 0.0
+
+    def at(self, monotonic: float) -> float:
+        """A `time.monotonic()` instant of this process as POSIX seconds on the database clock."""
+        return time.time() - (time.monotonic() - monotonic) + self.correction
+
+    def now(self) -> float:
+        """Now, as POSIX seconds on the database clock."""
+        return time.time() + self.correction
