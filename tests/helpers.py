@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from pgtasks.worker import Worker
+
 T = TypeVar("T")
 
 
@@ -33,3 +35,14 @@ def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield node
     for child in node.get("Plans", []):
         yield from plan_nodes(child)
+
+
+def on_store_call(worker: Worker, method: str, note: Callable[[str], None]) -> None:
+    """Have ``worker.jobs.<method>`` call ``note`` with its query's name (``job_<method>``) first."""
+    original = getattr(worker.jobs, method)
+
+    def wrapped(*args: Any, **kw: Any) -> Any:
+        note(f"job_{method}")
+        return original(*args, **kw)
+
+    setattr(worker.jobs, method, wrapped)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from helpers import eventually
+from helpers import eventually, on_store_call
 
 import pgtasks
 from pgtasks.context import CLAIM_COLUMNS
@@ -26,17 +26,6 @@ WORKER = "w-hints"
 
 
 # -- what a payload means ---------------------------------------------------------------
-
-
-def _on_store_call(worker: Worker, method: str, note: Callable[[str], None]) -> None:
-    """Have ``worker.jobs.<method>`` call ``note`` with its query's name (``job_<method>``) first."""
-    original = getattr(worker.jobs, method)
-
-    def wrapped(*args: Any, **kw: Any) -> Any:
-        note(f"job_{method}")
-        return original(*args, **kw)
-
-    setattr(worker.jobs, method, wrapped)
 
 
 def test_first_take_is_a_full_claim_and_a_named_job_then_comes_by_id() -> None:
@@ -155,7 +144,7 @@ def watched_worker(app: pgtasks.App, noop: pgtasks.Task) -> Iterator[tuple[Worke
     worker = Worker(app, queues=["q"], concurrency=2, poll_interval=1.0)
     names: list[str] = []
     for method in ("claim_batch", "claim_ids"):  # recorded as job_claim_batch, job_claim_ids
-        _on_store_call(worker, method, names.append)
+        on_store_call(worker, method, names.append)
     thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
     thread.start()
     try:

@@ -4,24 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
-from helpers import eventually
+from helpers import eventually, on_store_call
 
 import pgtasks
 from pgtasks.worker import Worker
-
-
-def _on_store_call(worker: Worker, method: str, note: Callable[[str], None]) -> None:
-    """Have ``worker.jobs.<method>`` call ``note`` with its query's name (``job_<method>``) first."""
-    original = getattr(worker.jobs, method)
-
-    def wrapped(*args: Any, **kw: Any) -> Any:
-        note(f"job_{method}")
-        return original(*args, **kw)
-
-    setattr(worker.jobs, method, wrapped)
 
 
 def test_lock_blocked_due_job_does_not_make_the_claim_loop_spin(app: pgtasks.App) -> None:
@@ -36,7 +24,7 @@ def test_lock_blocked_due_job_does_not_make_the_claim_loop_spin(app: pgtasks.App
     worker = Worker(app, concurrency=2, poll_interval=0.5, listen=False)
     claims: list[float] = []
     for method in ("claim_batch", "claim_ids"):
-        _on_store_call(worker, method, lambda name: claims.append(time.monotonic()))
+        on_store_call(worker, method, lambda name: claims.append(time.monotonic()))
     thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
     thread.start()
     try:
@@ -59,7 +47,7 @@ def _watched(app: pgtasks.App, **config: Any) -> tuple[Worker, threading.Thread,
     worker = Worker(app, **config)
     claims: list[tuple[float, str]] = []
     for method in ("claim_batch", "claim_ids"):  # recorded as job_claim_batch, job_claim_ids
-        _on_store_call(worker, method, lambda name: claims.append((time.monotonic(), name)))
+        on_store_call(worker, method, lambda name: claims.append((time.monotonic(), name)))
     thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
     thread.start()
     assert worker.started.wait(10)
