@@ -102,6 +102,11 @@ def test_jobs_start_at_once_after_every_connection_of_the_worker_is_cut(
     client: pgtasks.App, conn: psycopg.Connection[Any], wdsn: str, tmp_path: Path
 ) -> None:
     """Three cuts in a row; each job enqueued 2 s after a cut starts within 5 s, not a poll later."""
+    if conn.info.host.startswith("/"):
+        pytest.skip(
+            "the worker's backends are told apart by their TCP client ports; this server "
+            "is reached over a Unix socket, as the embedded one is: set PGTASKS_TEST_DSN to a TCP server"
+        )
     latencies: list[float] = []
     cut_sizes: list[int] = []
     with workers(wdsn, tmp_path, ["-c", "2", "--poll-interval", str(POLL_INTERVAL)]) as (w,):
