@@ -20,7 +20,7 @@ from pgtasks import errors
 from pgtasks.app import App
 from pgtasks.context import Request, TaskContext
 from pgtasks.hookspecs import hookimpl
-from pgtasks.records import Attempt, Job
+from pgtasks.records import Attempt, Job, Requeue
 from pgtasks.result import AsyncResult
 from pgtasks.settings import Settings
 from pgtasks.states import JobStatus, Trigger
@@ -36,6 +36,7 @@ __all__ = [
     "Job",
     "JobStatus",
     "Request",
+    "Requeue",
     "Run",
     "Schedule",
     "ScheduleSpec",

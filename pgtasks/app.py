@@ -29,6 +29,22 @@ __all__ = ["App"]
 
 log = logging.getLogger("pgtasks")
 
+# Longest actor text `App.requeue` records as who asked (``by=``).
+REQUEUE_BY_MAX_CHARS = 200
+
+
+def _is_actor(by: object) -> bool:
+    """Whether ``by`` can be recorded as who requeued a job: text of 1 to
+    `REQUEUE_BY_MAX_CHARS` characters that jsonb can store (no NUL, valid UTF-8)."""
+    if not isinstance(by, str) or not 1 <= len(by) <= REQUEUE_BY_MAX_CHARS or "\x00" in by:
+        return False
+    try:
+        by.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
+
+
 # The error record of a job cancelled before it started.
 _CANCELLED_ERROR = {
     "type": "Cancelled",
@@ -334,17 +350,36 @@ class App:
         jobs.get(id=job_id)  # raises JobNotFound
         return False
 
-    def requeue(self, job_id: int) -> bool:
-        """Put a failed, cancelled or partially failed job back in the queue (attempts start over).
+    def requeue(self, job_id: int, *, by: str = "api") -> bool:
+        """Put a failed, cancelled or partially failed job back in the queue, by hand.
+
+        The job starts a new round of attempts with a fresh budget (its
+        ``max_attempts`` again, ``self.request.attempt`` from 1), while its history
+        numbers attempts on across requeues and records the requeue: when, by whom,
+        from which status (`pgtasks.Requeue`, in `Job.history`). Its error stays
+        that of its last attempt until an attempt of the new round ends.
+
+        Args:
+            job_id: the job.
+            by: who asks, recorded in the history: ``"api"`` by default;
+                ``pgtasks jobs retry`` passes ``"cli:<os user>"``; any text of 1 to
+                200 characters (without NUL) that names the caller, e.g.
+                ``"admin:alice"``.
 
         Returns:
             True if requeued; False if the job is queued, running or succeeded.
 
         Raises:
+            ConfigurationError: ``by`` is not a string of 1 to 200 characters without
+                NUL (nothing is written).
             JobNotFound: no job has this id.
         """
+        if not _is_actor(by):
+            raise ConfigurationError(
+                f"by must be a string of 1 to {REQUEUE_BY_MAX_CHARS} characters without NUL, got {by!r:.80}"
+            )
         jobs = self.stores.jobs
-        if jobs.requeue(id=job_id):
+        if jobs.requeue(id=job_id, by=by):
             return True
         jobs.get(id=job_id)  # raises JobNotFound
         return False

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import getpass
+
 import click
 
 from pgtasks.cli.common import AppLoader, fail, new_console, new_table
 from pgtasks.errors import PgtasksError
+from pgtasks.records import Requeue
 from pgtasks.serialization import dumps
 from pgtasks.states import CLAIMED
 
@@ -77,6 +80,7 @@ def jobs_show(loader: AppLoader, job_id: int) -> None:
         "tenant",
         "status",
         "phase",
+        "attempt_number",
         "attempt",
         "max_attempts",
         "priority",
@@ -105,8 +109,13 @@ def jobs_show(loader: AppLoader, job_id: int) -> None:
     if job.error:
         table.add_row("error", f"{job.error.get('code')}: {job.error.get('message')}")
     console.print(table)
+    # Attempts are numbered across manual requeues; a requeue is a row of its own, its
+    # time under "finished" and who asked under "worker".
     history = new_table("attempt", "trigger", "worker", "started", "finished", "outcome", "error")
     for a in job.history():
+        if isinstance(a, Requeue):
+            history.add_row("", "manual", f"by {a.by or 'unknown'}", "", str(a.at or ""), "requeued", "")
+            continue
         history.add_row(
             str(a.attempt),
             a.trigger,
@@ -127,7 +136,7 @@ def jobs_retry(loader: AppLoader, job_ids: tuple[int, ...]) -> None:
     app = loader.get()
     for job_id in job_ids:
         try:
-            done = app.requeue(job_id)
+            done = app.requeue(job_id, by=f"cli:{getpass.getuser()}")
         except PgtasksError as exc:
             fail(exc)
             return

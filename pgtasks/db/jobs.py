@@ -452,9 +452,14 @@ class JobStore:
         params = {"id": id, "now": now, "error": dumps(dict(error), "error"), "terminate": terminate}
         return self.database.fetch_one("job_cancel", params) is not None
 
-    def requeue(self, *, id: int, now: Now = None) -> bool:
-        """Put a failed, cancelled or partially failed job back in the queue; False otherwise."""
-        return self.database.fetch_one("job_requeue", {"id": id, "now": now}) is not None
+    def requeue(self, *, id: int, by: str, now: Now = None) -> bool:
+        """Put a failed, cancelled or partially failed job back in the queue for a new
+        round of attempts (a fresh budget; attempts numbered on), recording the requeue
+        in its history as asked by ``by`` (the actor: ``"api"``, ``"cli:<os user>"``, or
+        a caller's text); False if the job is not in one of those statuses (or none
+        has this id).
+        """
+        return self.database.fetch_one("job_requeue", {"id": id, "by": by, "now": now}) is not None
 
     def cancel_requested(self, *, worker_id: str) -> list[CancelRequest]:
         """Jobs ``worker_id`` holds whose cancellation was requested."""

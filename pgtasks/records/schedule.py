@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
-from pgtasks.records.job import Job
+from pgtasks.records.job import REQUEUE_EVENT, Job
 from pgtasks.states import TERMINAL, JobStatus
 
 __all__ = ["Run", "Schedule"]
@@ -136,14 +136,16 @@ class Run:
         """
         status = JobStatus(job.status)
         started_at, worker_id = job.started_at, job.worker_id
-        if job.attempts and (started_at is None or worker_id is None):
-            last = job.attempts[-1]
+        # The attempts that ended without success (the history also holds requeues).
+        ended = [a for a in job.attempts if a.get("event") != REQUEUE_EVENT]
+        if ended and (started_at is None or worker_id is None):
+            last = ended[-1]
             worker_id = worker_id or last.get("worker_id")
             started_at = started_at or _as_datetime(last.get("started_at"))
         claimed = (
             status == JobStatus.RUNNING
             or job.started_at is not None
-            or any(a.get("attempt") == job.attempt for a in job.attempts)
+            or any(a.get("attempt") == job.attempt_number for a in ended)
         )
         attempt = job.attempt if claimed and job.attempt >= 1 else job.attempt + 1
         duration = None

@@ -417,6 +417,7 @@ FROM groups g;
 -- seconds): each job's start then its end (integers: cheaper to write and to read than
 -- floats). So started_at is when the body started (a start written before, by job_start or
 -- job_mark_started, stays) and finished_at when it ended, with no write of their own.
+-- A succeeded job has no error: that of a failed attempt before it stays in its history.
 WITH v AS (
     SELECT i.id, r.result,
            to_timestamp(t.base + t.spans[2 * i.n - 1] / 1000000.0::float8) AS started_at,
@@ -427,7 +428,7 @@ WITH v AS (
 ),
 done AS (
     UPDATE pgtasks.jobs j
-    SET status = 'succeeded', result = v.result,
+    SET status = 'succeeded', result = v.result, error = NULL,
         started_at = coalesce(j.started_at, v.started_at, %(now)s::timestamptz, now()),
         finished_at = coalesce(%(now)s::timestamptz, v.finished_at, now()), cancel_requested = false
     FROM v
@@ -440,6 +441,9 @@ CROSS JOIN (SELECT pg_notify('pgtasks_done', '') IS NOT NULL AS notified) n;
 -- name: job_finish
 -- End a running job with a terminal non-success status (failed, cancelled, partial_failure),
 -- appending the attempt (built from the row, timed by the database clock) to its history.
+-- An attempt is numbered across manual requeues (attempt_base + attempt, see job_requeue);
+-- its trigger is retry after the first attempt of a round, else manual when the history
+-- holds anything (a first attempt after a requeue), else the job's.
 -- %(started)s: when its body started (Unix seconds, the worker's clock), NULL if it never
 -- did (cancelled before it started); a start already written stays.
 -- The expected status is a run-time value, so the row is found by its primary key whatever
@@ -450,7 +454,8 @@ SET status = %(status)s, finished_at = coalesce(%(now)s::timestamptz, now()),
     started_at = coalesce(started_at, to_timestamp(%(started)s::float8)),
     error = %(error)s::jsonb, result = %(result)s::jsonb, cancel_requested = false,
     attempts = attempts || jsonb_build_array(jsonb_build_object(
-        'attempt', attempt, 'trigger', CASE WHEN attempt > 1 THEN 'retry' ELSE trigger END,
+        'attempt', attempt_base + attempt,
+        'trigger', CASE WHEN attempt > 1 THEN 'retry' WHEN attempts <> '[]' THEN 'manual' ELSE trigger END,
         'worker_id', worker_id,
         'started_at', coalesce(started_at, to_timestamp(%(started)s::float8)),
         'finished_at', coalesce(%(now)s::timestamptz, now()), 'outcome', %(status)s::text,
@@ -468,7 +473,8 @@ SET status = 'queued', worker_id = NULL, started_at = NULL, heartbeat_at = NULL,
     max_attempts = greatest(max_attempts, %(max_attempts)s::integer),
     error = %(error)s::jsonb, cancel_requested = false,
     attempts = attempts || jsonb_build_array(jsonb_build_object(
-        'attempt', attempt, 'trigger', CASE WHEN attempt > 1 THEN 'retry' ELSE trigger END,
+        'attempt', attempt_base + attempt,
+        'trigger', CASE WHEN attempt > 1 THEN 'retry' WHEN attempts <> '[]' THEN 'manual' ELSE trigger END,
         'worker_id', worker_id,
         'started_at', coalesce(started_at, to_timestamp(%(started)s::float8)),
         'finished_at', coalesce(%(now)s::timestamptz, now()), 'outcome', 'retry',
@@ -607,11 +613,21 @@ SELECT upd.id, upd.status, upd.old_status,
 FROM upd;
 
 -- name: job_requeue
--- Put a finished (failed, cancelled, partial_failure) job back in the queue by hand.
+-- Put a finished (failed, cancelled, partial_failure) job back in the queue by hand, as
+-- asked by %(by)s (an actor: "api", "cli:<os user>" or the caller's own text). It starts
+-- a new round: the attempts made so far move into attempt_base and the round's counter
+-- starts at 0, so max_attempts is a fresh budget while the history keeps numbering
+-- (attempt_base + attempt). The requeue is appended to the history: when, by whom, from
+-- which status, after which attempt. The error stays (the last attempt's) until an
+-- attempt of the new round ends. Fails with a unique violation (23505) when an unfinished
+-- job now holds the job's unique key.
 UPDATE pgtasks.jobs
 SET status = 'queued', finished_at = NULL, worker_id = NULL, started_at = NULL,
     heartbeat_at = NULL, run_at = coalesce(%(now)s::timestamptz, now()),
-    cancel_requested = false, attempt = 0, result = NULL
+    cancel_requested = false, attempt_base = attempt_base + attempt, attempt = 0, result = NULL,
+    attempts = attempts || jsonb_build_array(jsonb_build_object(
+        'event', 'requeue', 'by', %(by)s::text, 'at', coalesce(%(now)s::timestamptz, now()),
+        'from_status', status, 'after_attempt', attempt_base + attempt))
 WHERE id = %(id)s AND status IN ('failed', 'cancelled', 'partial_failure')
 RETURNING id, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
 
@@ -708,7 +724,9 @@ WITH lost AS (
             'worker_id', j.worker_id) END,
         attempts = CASE WHEN j.started_at IS NULL THEN j.attempts
                    ELSE j.attempts || jsonb_build_array(jsonb_build_object(
-            'attempt', j.attempt, 'trigger', CASE WHEN j.attempt > 1 THEN 'retry' ELSE j.trigger END,
+            'attempt', j.attempt_base + j.attempt,
+            'trigger', CASE WHEN j.attempt > 1 THEN 'retry' WHEN j.attempts <> '[]' THEN 'manual'
+                            ELSE j.trigger END,
             'worker_id', j.worker_id, 'started_at', j.started_at,
             'finished_at', coalesce(%(now)s::timestamptz, now()), 'outcome', 'lost',
             'error', jsonb_build_object('type', 'WorkerLost', 'code', 'WORKER_LOST',
