@@ -372,6 +372,8 @@ class App:
         Raises:
             ConfigurationError: ``by`` is not a string of 1 to 200 characters without
                 NUL (nothing is written).
+            AlreadyQueued: another unfinished job now holds the job's unique key
+                (nothing is written).
             JobNotFound: no job has this id.
         """
         if not _is_actor(by):

@@ -21,7 +21,7 @@ import pytest
 
 import pgtasks
 from pgtasks.db import AnyConnection
-from pgtasks.errors import ConfigurationError
+from pgtasks.errors import AlreadyQueued, ConfigurationError
 from pgtasks.migrate import Migration, apply_each, migrations
 from pgtasks.records import Attempt, Requeue
 from pgtasks.states import JobStatus
@@ -215,6 +215,26 @@ def test_a_job_that_succeeds_after_a_retry_has_no_error(h: HistoryApp, dsn: str)
     assert ["1", "api", "retry", "the first attempt fails"] in [
         [r[0], r[1], r[5], r[6]] for r in rows if len(r) == 7
     ]
+
+
+# -- requeue refused when the unique key is taken ----------------------------------------------------
+
+
+def test_requeue_of_a_job_whose_unique_key_is_held_raises_already_queued(h: HistoryApp) -> None:
+    flaky = h.app.tasks["h.flaky"]
+    first = flaky.apply_async(unique_key="report:7").id
+    h.drain()
+    before = h.app.get_job(first)
+    assert before.status is JobStatus.FAILED
+    second = flaky.apply_async(unique_key="report:7", countdown=3600).id  # the key is free again
+
+    with pytest.raises(AlreadyQueued) as caught:
+        h.app.requeue(first, by="ops:alice")
+    assert (caught.value.unique_key, caught.value.job_id) == ("report:7", second)
+    assert h.app.get_job(first) == before  # nothing written
+
+    assert h.app.cancel(second) is True  # the key is free: the requeue goes through
+    assert h.app.requeue(first, by="ops:alice") is True
 
 
 # -- bad input ------------------------------------------------------------------------------------

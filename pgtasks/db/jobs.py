@@ -16,14 +16,16 @@ from datetime import datetime
 from typing import Any
 
 from pgtasks.db.database import AnyConnection, Database, Now, Row, bigint_array_literal
-from pgtasks.errors import AlreadyQueued, JobNotFound, NotOwner
+from pgtasks.errors import AlreadyQueued, DatabaseError, JobNotFound, NotOwner
 from pgtasks.records import Job
 from pgtasks.serialization import dumps
 
 __all__ = ["CancelRequest", "JobStore", "NewJob", "ReapedJob", "StoredJobStatus"]
 
-# Retries of an insert whose unique key's holder finished between the INSERT and the look-up.
+# Retries of an insert (or a requeue) whose unique key's holder finished between the
+# write and the look-up.
 _UNIQUE_ATTEMPTS = 3
+_UNIQUE_VIOLATION = "23505"
 
 
 @dataclass(slots=True)
@@ -458,8 +460,28 @@ class JobStore:
         in its history as asked by ``by`` (the actor: ``"api"``, ``"cli:<os user>"``, or
         a caller's text); False if the job is not in one of those statuses (or none
         has this id).
+
+        Raises:
+            AlreadyQueued: another unfinished job now holds the job's unique key; the
+                job is left as it was.
+            DatabaseError: PostgreSQL refused the write otherwise.
         """
-        return self.database.fetch_one("job_requeue", {"id": id, "by": by, "now": now}) is not None
+        params = {"id": id, "by": by, "now": now}
+        for _ in range(_UNIQUE_ATTEMPTS):
+            try:
+                return self.database.fetch_one("job_requeue", params) is not None
+            except DatabaseError as exc:
+                if exc.sqlstate != _UNIQUE_VIOLATION:
+                    raise
+                # Queued again, the job would hold its unique key twice: who holds it?
+                key = self.get(id=id).unique_key
+                if key is None:  # the violation was not the unique key's
+                    raise
+                holder = self.find_unique(unique_key=key)
+                if holder is not None:
+                    raise AlreadyQueued(key, holder) from None
+                # The holder finished between the UPDATE and the look-up: try again.
+        raise AlreadyQueued(self.get(id=id).unique_key or "", -1)
 
     def cancel_requested(self, *, worker_id: str) -> list[CancelRequest]:
         """Jobs ``worker_id`` holds whose cancellation was requested."""

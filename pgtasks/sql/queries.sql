@@ -620,7 +620,7 @@ FROM upd;
 -- (attempt_base + attempt). The requeue is appended to the history: when, by whom, from
 -- which status, after which attempt. The error stays (the last attempt's) until an
 -- attempt of the new round ends. Fails with a unique violation (23505) when an unfinished
--- job now holds the job's unique key.
+-- job now holds the job's unique key: the store maps it to AlreadyQueued.
 UPDATE pgtasks.jobs
 SET status = 'queued', finished_at = NULL, worker_id = NULL, started_at = NULL,
     heartbeat_at = NULL, run_at = coalesce(%(now)s::timestamptz, now()),
