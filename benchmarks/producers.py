@@ -4,26 +4,32 @@
 
 PostgreSQL serialises the commits of transactions that sent a NOTIFY (they take one
 lock on the notification queue from pre-commit to the end of commit, WAL flush
-included), so one enqueue per commit from many threads may scale worse than plain
-INSERTs. For each repetition (a fresh database) and producer count, three variants
-run in turn, interleaved, each enqueueing ``--jobs`` jobs split evenly over that
-many threads, one call per job, each call its own commit:
+included), so a wake-up inside every enqueue's own commit makes many producer
+threads commit one at a time. pgtasks therefore sends the wake-up of an enqueue
+that commits on its own after the commit, coalesced, from one connection per app
+(`pgtasks.db.wakeups`). For each repetition (a fresh database) and producer count,
+four variants run in turn, interleaved, each enqueueing ``--jobs`` jobs split evenly
+over that many threads, one call per job, each call its own commit:
 
-* ``notify``: ``task.delay()``, as an application calls it (``job_insert``, whose
-  ``RETURNING`` sends the wake-up); the app's pool holds one connection per thread,
-  as a web app sizes it;
-* ``silent``: the same ``delay()`` with the same statement minus its ``pg_notify``
-  (this probe's own copy of the query text, swapped into that app's `Database`;
-  there is no user-facing switch);
+* ``wakeup``: ``task.delay()``, as an application calls it: the INSERT does not
+  notify, the app's wake-up sender does after the commit; the app's pool holds one
+  connection per thread, as a web app sizes it;
+* ``in-commit``: the same ``delay()`` with the wake-up inside the INSERT's own
+  commit (the statement's ``notify`` flag on, the sender off): what an enqueue
+  inside a caller's transaction does, and what every enqueue did before;
+* ``silent``: the same ``delay()`` with no wake-up at all (the sender off);
 * ``raw``: the raw-SQL reference's single-row ``INSERT`` (`benchmarks.systems.raw_system`)
   into its own table, one psycopg connection per thread.
 
-Each thread enqueues a few jobs before the clock starts (connections open, statements
-prepared); the clock runs from releasing all threads together to the last one's end.
-One connection LISTENs on pgtasks' channel throughout and drains what arrives, as an
-idle worker would; no worker claims. Tables are emptied before each measurement.
-Prints per producer count the median jobs/s of each variant, and the ratios
-notify / silent and notify / raw. It writes no report.
+The variants swap the app's `JobStore.insert` flag and `WakeupSender.wake` on the
+app's own stores (there is no user-facing switch). Each thread enqueues a few jobs
+before the clock starts (connections open, statements prepared); the clock runs
+from releasing all threads together to the last one's end, and for ``wakeup`` to
+the sender's last send. One connection LISTENs on pgtasks' channel throughout and
+drains what arrives, as an idle worker would; no worker claims. Tables are emptied
+before each measurement. Prints per producer count the median jobs/s of each
+variant, and the ratios wakeup / silent, wakeup / raw and in-commit / silent. It
+writes no report.
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from types import MappingProxyType
+from functools import partial
+from typing import Any
 
 import orjson
 import psycopg
@@ -46,28 +53,15 @@ from benchmarks import pg
 from benchmarks.environments import compile_project
 from benchmarks.probe import add_common_options, positive_ints
 from benchmarks.systems.raw_system import INSERT, SCHEMA
+from pgtasks.db import NewJob
 from pgtasks.settings import Settings
 
 PRODUCERS = (1, 4, 16, 64)
 JOBS = 4_000
-VARIANTS = ("notify", "silent", "raw")
+VARIANTS = ("wakeup", "in-commit", "silent", "raw")
 WARMUP_CALLS = 6  # per thread before the clock starts: past psycopg's prepare threshold (5)
 QUEUE = "bench"
 TASK = "bench.producers.noop"
-# The wake-up in job_insert's RETURNING; "silent" returns true in its place.
-NOTIFY_EXPR = "pg_notify('pgtasks_jobs', queue || ':' || id) IS NOT NULL"
-
-
-def silent_insert(text: str) -> str:
-    """``job_insert`` without its ``pg_notify``, otherwise the same statement.
-
-    Raises:
-        SystemExit: the query no longer contains the expected wake-up (the probe
-            must be updated with it).
-    """
-    if NOTIFY_EXPR not in text:
-        raise SystemExit(f"job_insert no longer contains {NOTIFY_EXPR!r}; update benchmarks/producers.py")
-    return text.replace(NOTIFY_EXPR, "true")
 
 
 def run_threads(producers: int, jobs: int, call: Callable[[int], object]) -> float:
@@ -128,14 +122,30 @@ def measure(dsn: str, variant: str, producers: int, jobs: int) -> float:
     )
     try:
         task = app.task(name=TASK, queue=QUEUE)(_noop)
-        database = app.database
-        if variant == "silent":
-            queries = dict(database.queries)
-            queries["job_insert"] = silent_insert(queries["job_insert"])
-            database.queries = MappingProxyType(queries)
-        return run_threads(producers, jobs, lambda i: task.delay())
+        stores = app.stores
+        if variant != "wakeup":
+            stores.wakeups.wake = _no_wakeup  # type: ignore[method-assign]
+        if variant == "in-commit":
+            stores.jobs.insert = partial(_insert_notifying, stores.jobs.insert)  # type: ignore[method-assign]
+        rate = run_threads(producers, jobs, lambda i: task.delay())
+        if variant == "wakeup":  # the last wake-ups are part of the work
+            started = time.perf_counter()
+            stores.wakeups.flush()
+            rate = jobs / (jobs / rate + time.perf_counter() - started)
+        return rate
     finally:
         app.close()
+
+
+def _no_wakeup(queue: str, job_id: int | None = None) -> None:
+    """The sender switched off."""
+
+
+def _insert_notifying(
+    insert: Callable[..., int], job: NewJob, *, conn: Any = None, notify: bool = True
+) -> int:
+    """`JobStore.insert` with the wake-up always inside the INSERT's own commit."""
+    return insert(job, conn=conn, notify=True)
 
 
 def _noop() -> None:
@@ -213,8 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cells = "  ".join(f"{v} {medians[v]:,.0f} ({min(r):,.0f}-{max(r):,.0f})" for v, r in runs.items())
         print(
             f"{producers:>3} producers: jobs/s {cells};"
-            f" notify/silent {medians['notify'] / medians['silent']:.2f}x"
-            f" notify/raw {medians['notify'] / medians['raw']:.2f}x"
+            f" wakeup/silent {medians['wakeup'] / medians['silent']:.2f}x"
+            f" wakeup/raw {medians['wakeup'] / medians['raw']:.2f}x"
+            f" in-commit/silent {medians['in-commit'] / medians['silent']:.2f}x"
         )
     return 0
 

@@ -143,9 +143,9 @@ class App:
         return applied + migrate_plugins(self.stores, self.plugin_manager)
 
     def close(self) -> None:
-        """Close the connection pool (it reopens on next use)."""
+        """Send pending wake-ups and close the connections (they reopen on next use)."""
         if self._stores is not None:
-            self._stores.database.close()
+            self._stores.close()
 
     # -- tasks ---------------------------------------------------------------------
 

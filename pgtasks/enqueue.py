@@ -9,7 +9,8 @@ never climbs back into the application object.
 Bulk enqueue validates each distinct (task, options) pair once and adds no
 per-job work beyond encoding the arguments: plain batches of at least
 `COPY_THRESHOLD` jobs are streamed through COPY, others go as one multi-row
-INSERT of keyword arrays; either way one wake-up per queue, on commit.
+INSERT of keyword arrays; either way one wake-up per queue, after the commit (see
+`pgtasks.db.wakeups`; inside a caller's transaction, on its commit).
 """
 
 from __future__ import annotations
@@ -230,7 +231,13 @@ class JobEnqueuer:
             parent_id=options.get("_parent_id"),
             correlation_id=options.get("_correlation_id"),
         )
-        job_id = self.source.stores.jobs.insert(job, conn=conn)
+        stores = self.source.stores
+        # A job that commits on its own is announced after the commit, by the sender
+        # (its commits never serialise producers); one in the caller's transaction by
+        # its own statement, delivered when that transaction commits.
+        job_id = stores.jobs.insert(job, conn=conn, notify=conn is not None)
+        if conn is None:
+            stores.wakeups.wake(job.queue, job_id)
         call_isolated(
             self.plugin_manager,
             "pgtasks_after_enqueue",
@@ -317,7 +324,11 @@ class JobEnqueuer:
                     unique_keys=[call[4] for call in rows],
                     conn=tx,
                 )
-            jobs.notify_queues(queues=queues, conn=tx)
+            if conn is not None:
+                jobs.notify_queues(queues=queues, conn=tx)
+        if conn is None:
+            for queue in queues:
+                stores.wakeups.wake(queue)
         names = {b["task_name"] for b in used}
         call_isolated(
             self.plugin_manager,

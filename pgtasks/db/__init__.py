@@ -24,6 +24,7 @@ from pgtasks.db.database import (
 from pgtasks.db.jobs import CancelRequest, JobStore, NewJob, ReapedJob, StoredJobStatus
 from pgtasks.db.migrations import MigrationStore
 from pgtasks.db.schedules import ScheduleRow, ScheduleStore
+from pgtasks.db.wakeups import WakeupSender
 from pgtasks.db.workers import WorkerInfo, WorkerStore
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "ScheduleStore",
     "StoredJobStatus",
     "Stores",
+    "WakeupSender",
     "WorkerInfo",
     "WorkerStore",
     "bigint_array_literal",
@@ -56,6 +58,8 @@ class Stores:
     Attributes:
         database: pool, connections, transactions (``database.transaction()``) and the clock.
         jobs, workers, schedules, migrations: the stores.
+        wakeups: sends the wake-ups of enqueues that committed on their own
+            (`pgtasks.db.wakeups`).
     """
 
     database: Database
@@ -63,14 +67,23 @@ class Stores:
     workers: WorkerStore
     schedules: ScheduleStore
     migrations: MigrationStore
+    wakeups: WakeupSender
 
     @classmethod
     def over(cls, database: Database) -> Stores:
         """The stores running their statements on ``database``."""
+        jobs = JobStore(database)
         return cls(
             database=database,
-            jobs=JobStore(database),
+            jobs=jobs,
             workers=WorkerStore(database),
             schedules=ScheduleStore(database),
             migrations=MigrationStore(database),
+            wakeups=WakeupSender(jobs),
         )
+
+    def close(self) -> None:
+        """Send pending wake-ups, then close the wake-up connection and the pool
+        (later calls reopen them)."""
+        self.wakeups.close()
+        self.database.close()

@@ -116,11 +116,13 @@ class JobStore:
 
     # -- enqueue -------------------------------------------------------------------
 
-    def insert(self, job: NewJob, *, conn: AnyConnection | None = None) -> int:
+    def insert(self, job: NewJob, *, conn: AnyConnection | None = None, notify: bool = True) -> int:
         """Insert one job with the narrowest statement that can write it; returns its id.
 
         ``job_insert`` for plain jobs, ``job_insert_full`` with times, keys or links,
-        ``job_insert_unique`` with a unique key.
+        ``job_insert_unique`` with a unique key. With ``notify`` the statement wakes
+        the queue's workers when it commits; without, the caller wakes them after the
+        commit (`pgtasks.db.wakeups.WakeupSender`).
 
         Raises:
             AlreadyQueued: another unfinished job holds ``job.unique_key``.
@@ -133,13 +135,14 @@ class JobStore:
                     "task_name": job.task_name, "queue": job.queue, "tenant": job.tenant, "args": job.args,
                     "kwargs": job.kwargs, "headers": job.headers, "priority": job.priority,
                     "max_attempts": job.max_attempts, "retry_on_worker_lost": job.retry_on_worker_lost,
+                    "notify": notify,
                 }  # fmt: skip
                 row = db.fetch_one("job_insert", params, conn=conn)
             else:
-                row = db.fetch_one("job_insert_full", _full_params(job), conn=conn)
+                row = db.fetch_one("job_insert_full", _full_params(job, notify), conn=conn)
             assert row is not None  # an INSERT without ON CONFLICT returns its row
             return int(row["id"])
-        params = _full_params(job)
+        params = _full_params(job, notify)
         params["unique_key"] = job.unique_key
         for _ in range(_UNIQUE_ATTEMPTS):
             row = db.fetch_one("job_insert_unique", params, conn=conn)
@@ -200,6 +203,12 @@ class JobStore:
     def notify_queues(self, *, queues: Sequence[str], conn: AnyConnection | None = None) -> None:
         """Send one wake-up notification per queue (delivered when ``conn`` commits)."""
         self.database.fetch_all("job_notify_queues", {"queues": list(queues)}, conn=conn)
+
+    def wake(self, *, payloads: Sequence[str], conn: AnyConnection) -> None:
+        """Send wake-ups for committed jobs (``queue:id`` or a bare queue per payload),
+        as a transaction of their own on ``conn`` (an autocommit connection), whose
+        commit does not wait for the WAL flush (see `pgtasks.db.wakeups`)."""
+        self.database.fetch_all("job_wake", {"payloads": list(payloads)}, conn=conn)
 
     # -- reading -------------------------------------------------------------------
 
@@ -539,12 +548,12 @@ class JobStore:
         return [Job.from_row(r) for r in self.database.fetch_all("job_list", params)]
 
 
-def _full_params(job: NewJob) -> dict[str, Any]:
+def _full_params(job: NewJob, notify: bool) -> dict[str, Any]:
     return {
         "task_name": job.task_name, "queue": job.queue, "tenant": job.tenant, "args": job.args,
         "kwargs": job.kwargs, "headers": job.headers, "priority": job.priority,
         "max_attempts": job.max_attempts, "retry_on_worker_lost": job.retry_on_worker_lost,
         "countdown": job.countdown, "eta": job.eta, "lock_key": job.lock_key, "trigger": job.trigger,
         "schedule_name": job.schedule_name, "scheduled_for": job.scheduled_for, "parent_id": job.parent_id,
-        "correlation_id": job.correlation_id,
+        "correlation_id": job.correlation_id, "notify": notify,
     }  # fmt: skip

@@ -41,19 +41,22 @@ SELECT to_regclass('pgtasks.migrations') IS NOT NULL AS present;
 -- ======================================================================
 
 -- name: job_insert
--- Enqueue one plain job (due now, no keys, trigger api: the common case, kept minimal);
--- wakes workers of its queue on commit. The payload "queue:id" names the job, so an idle
--- worker can claim it by primary key (job_claim_ids); see pgtasks.worker.hints.
+-- Enqueue one plain job (due now, no keys, trigger api: the common case, kept minimal).
+-- With %(notify)s it wakes workers of its queue on commit (an enqueue inside a caller's
+-- transaction); without, the caller sends the wake-up after the commit (job_wake). The
+-- payload "queue:id" names the job, so an idle worker can claim it by primary key
+-- (job_claim_ids); see pgtasks.worker.hints.
 INSERT INTO pgtasks.jobs (
     task_name, queue, tenant, args, kwargs, headers, priority, max_attempts, retry_on_worker_lost)
 VALUES (
     %(task_name)s, %(queue)s, %(tenant)s, %(args)s::jsonb, %(kwargs)s::jsonb,
     %(headers)s::jsonb, %(priority)s, %(max_attempts)s, %(retry_on_worker_lost)s)
-RETURNING id, pg_notify('pgtasks_jobs', queue || ':' || id) IS NOT NULL AS notified;
+RETURNING id, CASE WHEN %(notify)s THEN pg_notify('pgtasks_jobs', queue || ':' || id) IS NOT NULL END
+    AS notified;
 
 -- name: job_insert_full
 -- Enqueue one job with any of run-at, lock key, trigger and schedule fields, without a
--- unique key; wakes workers of its queue on commit.
+-- unique key; wakes workers of its queue on commit with %(notify)s (see job_insert).
 INSERT INTO pgtasks.jobs (
     task_name, queue, tenant, args, kwargs, headers, priority, max_attempts, run_at,
     lock_key, trigger, schedule_name, scheduled_for, parent_id, correlation_id,
@@ -64,10 +67,12 @@ VALUES (
     coalesce(%(eta)s::timestamptz, now() + make_interval(secs => coalesce(%(countdown)s::float8, 0))),
     %(lock_key)s, %(trigger)s, %(schedule_name)s, %(scheduled_for)s::timestamptz,
     %(parent_id)s::bigint, %(correlation_id)s, %(retry_on_worker_lost)s)
-RETURNING id, pg_notify('pgtasks_jobs', queue || ':' || id) IS NOT NULL AS notified;
+RETURNING id, CASE WHEN %(notify)s THEN pg_notify('pgtasks_jobs', queue || ':' || id) IS NOT NULL END
+    AS notified;
 
 -- name: job_insert_unique
 -- Enqueue one job with a unique key; returns nothing when an unfinished job holds the key.
+-- Wakes workers of its queue on commit with %(notify)s (see job_insert).
 INSERT INTO pgtasks.jobs (
     task_name, queue, tenant, args, kwargs, headers, priority, max_attempts, run_at,
     lock_key, unique_key, trigger, schedule_name, scheduled_for, parent_id,
@@ -81,7 +86,8 @@ VALUES (
     %(retry_on_worker_lost)s)
 ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
 DO NOTHING
-RETURNING id, pg_notify('pgtasks_jobs', queue || ':' || id) IS NOT NULL AS notified;
+RETURNING id, CASE WHEN %(notify)s THEN pg_notify('pgtasks_jobs', queue || ':' || id) IS NOT NULL END
+    AS notified;
 
 -- name: job_insert_many
 -- Enqueue many jobs in one statement (arrays of equal length); rows whose unique key is held are skipped.
@@ -118,6 +124,15 @@ SELECT array(
 -- name: job_notify_queues
 -- Wake workers of these queues on commit (one notification per queue).
 SELECT pg_notify('pgtasks_jobs', q) IS NOT NULL AS notified FROM unnest(%(queues)s::text[]) AS q;
+
+-- name: job_wake
+-- Wake workers for jobs that already committed (pgtasks.db.wakeups): one notification
+-- per payload ("queue:id" or a bare queue). Run alone on the sender's connection, so it
+-- is a transaction of its own, and its commit does not wait for the WAL flush: the
+-- notification lock that serialises notifying commits is held for microseconds, and
+-- a wake-up lost in a server crash costs a poll interval, never a job.
+SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit,
+       (SELECT count(pg_notify('pgtasks_jobs', p)) FROM unnest(%(payloads)s::text[]) AS p) AS sent;
 
 -- name: job_find_unique
 -- The unfinished job that holds a unique key.
