@@ -9,10 +9,12 @@ tasks count the attempts they see themselves, independently of pgtasks' bookkeep
 
 from __future__ import annotations
 
+import datetime as dt
 import getpass
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +22,7 @@ import psycopg
 import pytest
 
 import pgtasks
-from pgtasks.db import AnyConnection
+from pgtasks.db import AnyConnection, text_array_literal
 from pgtasks.errors import AlreadyQueued, ConfigurationError
 from pgtasks.migrate import Migration, apply_each, migrations
 from pgtasks.records import Attempt, Requeue
@@ -191,6 +193,31 @@ def test_a_cancelled_job_requeued_by_a_named_caller_records_it(h: HistoryApp) ->
     job = h.app.get_job(job_id)
     assert job.status is JobStatus.SUCCEEDED and job.error is None
     assert timeline(job) == [("requeue", "billing-service", "cancelled", 0), (1, "manual", "succeeded", None)]
+
+
+def test_a_lost_attempt_after_a_requeue_is_numbered_on(h: HistoryApp) -> None:
+    """The reaper records a lost attempt of a new round with its number across rounds."""
+    job_id = h.app.tasks["h.flaky"].delay().id
+    h.drain()
+    assert h.app.requeue(job_id, by="ops:alice") is True
+    jobs = h.app.stores.jobs
+    # A worker that then vanished (it never registered) claims and starts attempt 3.
+    (claimed,) = jobs.claim_batch(
+        queues=text_array_literal(["default"]), worker_id="gone", limit=1, max_tenants=10, fair=True
+    )
+    assert claimed[0] == job_id
+    assert jobs.start(id=job_id, worker_id="gone", started=time.time())
+    later = h.app.database.now() + dt.timedelta(minutes=5)
+    assert [r.job_id for r in jobs.reap_lost(lease_timeout=30.0, limit=10, now=later)] == [job_id]
+
+    job = h.app.get_job(job_id)
+    assert (job.status, job.attempt, job.attempt_number) == (JobStatus.QUEUED, 1, 3)
+    assert [e[:3] for e in timeline(job)] == [
+        (1, "api", "retry"),
+        (2, "retry", "failed"),
+        ("requeue", "ops:alice", "failed"),
+        (3, "manual", "lost"),
+    ]
 
 
 # -- the current error is the last attempt's ----------------------------------------------------
