@@ -35,6 +35,9 @@ class Settings:
             disable prepared statements (PgBouncer transaction pooling before 1.21).
         load_entry_points: whether plugins of the ``pgtasks`` entry-point group are
             loaded automatically (``PGTASKS_DISABLE_PLUGIN_AUTOLOAD=1`` turns it off).
+        ocr_roots: absolute directories the OCR task (plugin ``pgtasks_ocr``) may read
+            documents from; empty refuses every path (``PGTASKS_OCR_ROOTS``, a list
+            separated by ``os.pathsep``).
     """
 
     dsn: str | None = None
@@ -43,12 +46,21 @@ class Settings:
     pool_size: int = 8
     prepare_threshold: int | None = 5
     load_entry_points: bool = True
+    ocr_roots: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         if self.dsn is not None and not self.dsn.strip():
             raise ConfigurationError(f"empty DSN from {self.dsn_source}")
         if self.pool_size < 1:
             raise ConfigurationError(f"pool_size must be >= 1, got {self.pool_size}")
+        if not isinstance(self.ocr_roots, tuple):
+            kind = type(self.ocr_roots).__name__
+            raise ConfigurationError(f"ocr_roots must be a tuple of Paths, got a {kind}")
+        for root in self.ocr_roots:
+            if not isinstance(root, Path) or not root.is_absolute():
+                raise ConfigurationError(
+                    f"ocr_roots (PGTASKS_OCR_ROOTS) must hold absolute directories, got {str(root)!r}"
+                )
 
     @classmethod
     def from_env(
@@ -77,11 +89,13 @@ class Settings:
             dsn, source = env["DATABASE_URL"], "DATABASE_URL"
         embedded = env.get("PGTASKS_EMBEDDED_DIR")
         autoload = env.get("PGTASKS_DISABLE_PLUGIN_AUTOLOAD", "").lower() not in {"1", "true", "yes"}
+        ocr_roots = tuple(Path(part) for part in env.get("PGTASKS_OCR_ROOTS", "").split(os.pathsep) if part)
         values: dict[str, object] = {
             "dsn": dsn,
             "dsn_source": source,
             "embedded_dir": Path(embedded) if embedded else None,
             "load_entry_points": autoload,
+            "ocr_roots": ocr_roots,
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
