@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pgtasks.db import JobStore, Now, ReapedJob
-from pgtasks.db.errors import plain_error
+from pgtasks.db.errors import first_line, plain_error
 from pgtasks.errors import DatabaseError, SerializationError
 from pgtasks.plugins import call_isolated
 from pgtasks.serialization import dumps
@@ -250,11 +250,7 @@ class Completer:
                 break
             except DatabaseError as exc:
                 if not exc.transient:
-                    log.error(
-                        "cannot record %d results (%s); their jobs will be recovered by lease",
-                        len(items),
-                        exc,
-                    )
+                    self._isolate_refused(items, exc)
                     return
                 log.warning("recording results failed (%s); retrying in %.2fs", exc, delay)
                 time.sleep(delay)
@@ -279,6 +275,50 @@ class Completer:
                 result=c.result,
                 runtime=c.runtime,
             )
+
+    def _isolate_refused(self, items: list[Completion], exc: DatabaseError) -> None:
+        """A success batch PostgreSQL refused (not a lost connection): one row must be at
+        fault, and it must not take the others down with it. Halves are written on
+        their own until single successes remain; a single one still refused fails its
+        job ``OUTCOME_NOT_RECORDED`` (permanent), so it neither stays ``running`` under
+        this worker's live lease nor runs again after the lease."""
+        if len(items) > 1:
+            log.warning(
+                "recording %d results was refused (%s); recording them in halves to find the job at fault",
+                len(items),
+                first_line(exc),
+            )
+            half = len(items) // 2
+            self._write_successes(items[:half])
+            self._write_successes(items[half:])
+            return
+        (c,) = items
+        reason = first_line(exc)
+        log.error("job %s (%s): its result cannot be stored (%s); failing it", c.job_id, c.task_name, reason)
+        error = plain_error(
+            type(exc).__name__,
+            ErrorCode.OUTCOME_NOT_RECORDED,
+            f"the attempt succeeded but its result cannot be stored: {reason}",
+        )
+        try:
+            applied = self.jobs.finish(
+                id=c.job_id,
+                worker_id=self._owner(),
+                status=str(JobStatus.FAILED),
+                error=error,
+                result_json=None,
+                started=c.started,
+            )
+        except DatabaseError as again:
+            log.error("cannot record even the failure of job %s (%s)", c.job_id, first_line(again))
+            return
+        if not applied:
+            return
+        if self.on_written is not None and c.lock_key is not None:
+            self.on_written([c], set())  # its lock key is free: the key's next job may go
+        self._hook(
+            "pgtasks_job_failed", job_id=c.job_id, task_name=c.task_name, error=error, final_status="failed"
+        )
 
     # -- every other outcome: one path ------------------------------------------------
 

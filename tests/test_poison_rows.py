@@ -202,6 +202,33 @@ def test_undecodable_rows_fail_alone_in_their_claim_batch(
 # -- the search itself ---------------------------------------------------------------------
 
 
+# -- a success PostgreSQL refuses to store ---------------------------------------------------
+
+
+def test_a_refused_success_fails_alone_while_its_batch_mates_are_recorded(
+    client: pgtasks.App, conn: psycopg.Connection[Any], wdsn: str, tmp_path: Path
+) -> None:
+    """One row of a success batch that the database refuses (here a constraint the
+    operator added; in the field a trigger, a storage limit) must not leave the other
+    results of its batch unwritten until their lease expires."""
+    conn.execute(
+        "ALTER TABLE pgtasks.jobs ADD CONSTRAINT refuse_one_success"
+        " CHECK (status <> 'succeeded' OR args <> '[4242]'::jsonb) NOT VALID"
+    )
+    good = _good_jobs(conn, 50)
+    refused = _insert(conn, {"args": "[4242]"})
+    good += _good_jobs(conn, 50, start=50)
+    with workers(wdsn, tmp_path, ["-c", "4", *FAST]) as (w,):
+        eventually(lambda: _done(conn, [*good, refused]), timeout=30, message="every job finished")
+        _assert_ran_once_with_attempt_1(conn, good)
+        status, attempt, code, klass, message = _failed_with(conn, refused)
+        assert (status, attempt, code, klass) == ("failed", 1, "OUTCOME_NOT_RECORDED", "permanent")
+        assert "refuse_one_success" in message, message
+        assert one(conn, "SELECT count(*) FROM public.ledger WHERE job_id = %s", (refused,)) == 1
+        _still_serving(w, client, conn)
+        assert f"job {refused} (w.record): its result cannot be stored" in w.log()
+
+
 def _probe_refusing(bad: set[int], races: frozenset[int] = frozenset()) -> tuple[Any, list[Sequence[int]]]:
     """A probe that refuses any set holding a job of ``bad`` (54000) or ``races`` (23505),
     and the list of the sets it was asked about."""

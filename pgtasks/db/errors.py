@@ -15,7 +15,7 @@ from typing import Any
 
 from pgtasks.states import ErrorCode, FailureClass
 
-__all__ = ["error_record", "plain_error", "storable_text"]
+__all__ = ["error_record", "first_line", "plain_error", "storable_text"]
 
 TRACEBACK_LIMIT = 16_000  # characters kept of a traceback (its end: the innermost frames)
 
@@ -72,3 +72,11 @@ def error_record(
         "class": str(klass),
         "traceback": storable_text(text[-TRACEBACK_LIMIT:]),
     }
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (PostgreSQL adds DETAIL and HINT lines), with
+    its SQLSTATE when it has one."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    sqlstate = getattr(exc, "sqlstate", None)
+    return f"{text} (SQLSTATE {sqlstate})" if sqlstate else text

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from pgtasks.db.errors import first_line
 from pgtasks.errors import DatabaseError
 
 __all__ = ["LOCK_RACE", "distinct_keys", "find_unclaimable", "first_line"]
@@ -77,11 +78,3 @@ def find_unclaimable(
             pending.append(chunk[half:])
             pending.append(chunk[:half])  # popped first: culprits come out in order
     return found
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an error's message (PostgreSQL adds DETAIL and HINT lines), with
-    its SQLSTATE when it has one."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    sqlstate = getattr(exc, "sqlstate", None)
-    return f"{text} (SQLSTATE {sqlstate})" if sqlstate else text
