@@ -256,3 +256,29 @@ def test_parse_queries_refuses_duplicates_and_empty_blocks() -> None:
         parse_queries("-- name: a\n-- only a comment\n-- name: b\n-- x\nSELECT 1;")
     parsed = parse_queries("-- name: a\n-- what\nSELECT 1;\n\n-- name: b\n-- what\nSELECT 2;\n")
     assert dict(parsed) == {"a": "-- what\nSELECT 1", "b": "-- what\nSELECT 2"}
+
+
+def test_a_fragment_is_written_once_and_included_where_named() -> None:
+    text = (
+        "-- fragment: due\n-- what is due\nstatus = 'queued'\nAND run_at <= now()\n\n"
+        "-- name: a\n-- count\nSELECT count(*) FROM t\nWHERE\n    -- include: due\n;\n\n"
+        "-- name: b\n-- delete\nDELETE FROM t WHERE\n  -- include: due\n"
+    )
+    parsed = parse_queries(text)
+    assert set(parsed) == {"a", "b"}  # a fragment is no statement
+    assert parsed["a"].endswith("WHERE\n    status = 'queued'\n    AND run_at <= now()")
+    assert parsed["b"].endswith("DELETE FROM t WHERE\n  status = 'queued'\n  AND run_at <= now()")
+    with pytest.raises(ConfigurationError, match="unknown fragment 'missing'"):
+        parse_queries("-- name: a\n-- x\nSELECT 1 WHERE\n-- include: missing\n")
+    with pytest.raises(ConfigurationError, match="never included: due"):
+        parse_queries("-- fragment: due\n-- x\ntrue\n-- name: a\n-- x\nSELECT 1\n")
+    with pytest.raises(ConfigurationError, match="defined twice"):
+        parse_queries("-- fragment: a\n-- x\ntrue\n-- name: a\n-- x\nSELECT 1 WHERE\n-- include: a\n")
+
+
+def test_purge_and_its_dry_run_count_share_one_condition() -> None:
+    """``pgtasks purge --dry-run`` counts exactly what ``purge`` deletes."""
+    condition = "finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s"
+    assert condition in QUERIES["job_purge_finished"] and condition in QUERIES["job_purge_count"]
+    text = (CORE / "sql" / "queries.sql").read_text(encoding="utf-8")
+    assert text.count(condition) == 1  # written once, in the fragment

@@ -504,6 +504,13 @@ class JobStore:
         row = self.database.fetch_one("job_purge_finished", params)
         return int(row["deleted"]) if row else 0
 
+    def purge_count(self, *, older_than: float, status: str | None, now: Now = None) -> int:
+        """How many jobs `purge_finished` would delete now (the same condition, the
+        ``job_purgeable`` fragment), without deleting any: ``pgtasks purge --dry-run``."""
+        params = {"older_than": older_than, "status": status, "now": now}
+        row = self.database.fetch_one("job_purge_count", params)
+        return int(row["jobs"]) if row else 0
+
     # -- maintenance ---------------------------------------------------------------------
 
     def reap_lost(self, *, lease_timeout: float, limit: int, now: Now = None) -> list[ReapedJob]:

@@ -6,13 +6,18 @@ import into the read-only mapping `QUERIES`, which only the data layer
 migrations (`read_migrations`). Each block starts
 with a ``-- name: entity_verb`` line (the habit of procrastinate's ``queries.sql``
 and River's entity-first query names), followed by comment lines saying what the
-statement is for, then the statement. Plugins that own tables ship their own
-query file in the same format and load it with `load_queries`.
+statement is for, then the statement. A condition two statements must share
+exactly (what ``purge`` deletes and what ``purge --dry-run`` counts) is written
+once, in a ``-- fragment: name`` block, and a statement takes it in with a line
+``-- include: name``: the loader puts the fragment's code in place of that line.
+Plugins that own tables ship their own query file in the same format and load it
+with `load_queries`.
 """
 
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -23,7 +28,8 @@ from pgtasks.errors import ConfigurationError
 
 __all__ = ["QUERIES", "Migration", "load_queries", "parse_queries", "read_migrations"]
 
-_NAME_LINE: Final = re.compile(r"^-- name: ([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
+_BLOCK_LINE: Final = re.compile(r"^-- (name|fragment): ([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
+_INCLUDE_LINE: Final = re.compile(r"^([ \t]*)-- include: ([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
 _MIGRATION_FILE: Final = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
@@ -67,6 +73,11 @@ def read_migrations(package: str, directory: str, *, owner: str = "pgtasks") -> 
 def parse_queries(text: str, *, source: str = "<sql>") -> MappingProxyType[str, str]:
     """Split a named-query file into ``{name: statement}``.
 
+    A ``-- fragment: name`` block holds a piece of SQL (a condition) that
+    statements share: each ``-- include: name`` line of a statement is replaced
+    by the fragment's code, indented as that line. Fragments are not statements
+    and are not in the mapping.
+
     Args:
         text: the file's contents.
         source: file name used in error messages.
@@ -76,20 +87,38 @@ def parse_queries(text: str, *, source: str = "<sql>") -> MappingProxyType[str, 
         trailing semicolon.
 
     Raises:
-        ConfigurationError: a name appears twice or a block has no statement.
+        ConfigurationError: a name appears twice, a block has no statement, a
+            statement includes an unknown fragment, or a fragment is never included.
     """
     queries: dict[str, str] = {}
-    matches = list(_NAME_LINE.finditer(text))
+    fragments: dict[str, str] = {}
+    matches = list(_BLOCK_LINE.finditer(text))
     for index, match in enumerate(matches):
-        name = match.group(1)
+        kind, name = match.group(1), match.group(2)
         end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
         body = text[match.end() : end].strip()
         code = "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("--"))
         if not code.strip():
-            raise ConfigurationError(f"{source}: query {name!r} has no statement")
-        if name in queries:
+            raise ConfigurationError(f"{source}: {kind} {name!r} has no statement")
+        if name in queries or name in fragments:
             raise ConfigurationError(f"{source}: query {name!r} is defined twice")
-        queries[name] = body.rstrip().rstrip(";")
+        if kind == "fragment":
+            fragments[name] = textwrap.dedent(code).strip().rstrip(";")
+        else:
+            queries[name] = body.rstrip().rstrip(";")
+    included: set[str] = set()
+
+    def expand(include: re.Match[str]) -> str:
+        indent, fragment = include.group(1), include.group(2)
+        if fragment not in fragments:
+            raise ConfigurationError(f"{source}: unknown fragment {fragment!r} included")
+        included.add(fragment)
+        return textwrap.indent(fragments[fragment], indent)
+
+    queries = {name: _INCLUDE_LINE.sub(expand, body) for name, body in queries.items()}
+    unused = sorted(set(fragments) - included)
+    if unused:
+        raise ConfigurationError(f"{source}: fragment(s) never included: {', '.join(unused)}")
     return MappingProxyType(queries)
 
 

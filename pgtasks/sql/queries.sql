@@ -651,21 +651,36 @@ RETURNING id, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
 SELECT id, coalesce((headers ->> 'cancel_terminate')::boolean, false) AS terminate FROM pgtasks.jobs
 WHERE worker_id = %(worker_id)s AND status = 'running' AND cancel_requested;
 
+-- fragment: job_purgeable
+-- The jobs purge deletes: finished (of %(status)s, or any terminal status) more than
+-- %(older_than)s seconds before %(now)s (default: the database clock). Shared by the
+-- delete and its dry-run count, so both always mean the same jobs.
+status IN ('succeeded', 'failed', 'cancelled', 'partial_failure')
+AND finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s::float8)
+AND (%(status)s::text IS NULL OR status = %(status)s)
+
 -- name: job_purge_finished
--- Delete finished jobs older than a cutoff (bounded batch); returns how many went.
-WITH gone AS (
-    DELETE FROM pgtasks.jobs
-    WHERE id IN (
-        SELECT id FROM pgtasks.jobs
-        WHERE status IN ('succeeded', 'failed', 'cancelled', 'partial_failure')
-          AND finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s::float8)
-          AND (%(status)s::text IS NULL OR status = %(status)s)
-        ORDER BY finished_at
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED)
+-- Delete finished jobs older than a cutoff (bounded batch); returns how many went. The
+-- batch is claimed in a CTE (a sub-select in IN may run once per row and take more).
+WITH doomed AS (
+    SELECT id FROM pgtasks.jobs
+    WHERE
+        -- include: job_purgeable
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM pgtasks.jobs j USING doomed d WHERE j.id = d.id
     RETURNING 1
 )
 SELECT count(*) AS deleted FROM gone;
+
+-- name: job_purge_count
+-- How many jobs job_purge_finished would delete now (purge --dry-run); changes nothing.
+SELECT count(*) AS jobs FROM pgtasks.jobs
+WHERE
+    -- include: job_purgeable
+;
 
 -- ======================================================================
 -- Workers: registration, heartbeat, reaping
