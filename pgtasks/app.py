@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import pluggy
 
@@ -344,11 +344,29 @@ class App:
         Raises:
             JobNotFound: no job has this id.
         """
+        return self.cancel_job(job_id, terminate=terminate) != "finished"
+
+    def cancel_job(
+        self, job_id: int, *, terminate: bool = False
+    ) -> Literal["cancelled", "requested", "finished"]:
+        """Cancel a job, as `cancel`, and say what happened to it.
+
+        Returns:
+            ``"cancelled"``: it was queued and is now cancelled; ``"requested"``: it is
+            running and its worker is asked to stop (killed with ``terminate`` in the
+            processes pool); ``"finished"``: it had already finished, nothing changed.
+
+        Raises:
+            JobNotFound: no job has this id.
+        """
         jobs = self.stores.jobs
-        if jobs.cancel(id=job_id, error=_CANCELLED_ERROR, terminate=terminate):
-            return True
+        was = jobs.cancel(id=job_id, error=_CANCELLED_ERROR, terminate=terminate)
+        if was == "queued":
+            return "cancelled"
+        if was is not None:
+            return "requested"
         jobs.get(id=job_id)  # raises JobNotFound
-        return False
+        return "finished"
 
     def requeue(self, job_id: int, *, by: str = "api") -> bool:
         """Put a failed, cancelled or partially failed job back in the queue, by hand.

@@ -1,4 +1,9 @@
-"""Loading the app named by ``-A module:attr``, and the command line's logging.
+"""Loading the app named by ``-A module:attr``, the command line's logging, and `shown`.
+
+`shown` is the one place that makes a value safe for a terminal (control
+characters as visible escapes); the commands print through it
+(`pgtasks.cli.common`), and so do the log lines of every process the command line
+starts, the worker's included.
 
 Kept free of click: a worker process re-executes itself without the command line
 (see `pgtasks.worker.launch`) and the processes pool's children load the app
@@ -17,14 +22,54 @@ import pgtasks
 from pgtasks.errors import ConfigurationError
 from pgtasks.plugins import load_module_plugin
 
-__all__ = ["AppLoader", "configure_logging", "load_app"]
+__all__ = ["AppLoader", "configure_logging", "load_app", "shown"]
+
+
+def _visible_escapes() -> dict[int, str]:
+    """``str.translate`` table: C0 and C1 control characters, DEL, the bidirectional
+    overrides and isolates, and the line and paragraph separators, each to its escape."""
+    table = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
+    table.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+    marks = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029)
+    table.update({code: f"\\u{code:04x}" for code in marks})
+    return table
+
+
+_VISIBLE = _visible_escapes()
+# Log lines keep their line breaks and tabs: a traceback spans lines.
+_LOG_VISIBLE = {code: text for code, text in _VISIBLE.items() if chr(code) not in "\n\t"}
+
+
+def shown(value: object) -> str:
+    """``str(value)`` made safe for a terminal: nothing in it acts on the terminal.
+
+    Control characters (``\\x00``-``\\x1f``, DEL, ``\\x80``-``\\x9f``: ANSI escape
+    sequences, bells, carriage returns, newlines, tabs) become visible escapes
+    (``\\x1b``, ``\\n``), as do the Unicode marks that reorder or hide text
+    (bidirectional overrides such as ``\\u202e``, line separators). Everything else,
+    rich markup such as ``[red]`` included, is kept as it is: a console from
+    `pgtasks.cli.common.new_console` (or ``click.echo``) prints it literally.
+    """
+    return str(value).translate(_VISIBLE)
+
+
+class _VisibleFormatter(logging.Formatter):
+    """A log formatter whose lines carry no control character but line breaks and tabs:
+    a job's error message holding ``\\x1b[2J`` is logged as those characters."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return super().format(record).translate(_LOG_VISIBLE)
 
 
 def configure_logging(level: str) -> None:
-    """Log to stderr with time, level and logger name (``level``: DEBUG, INFO, WARNING, ERROR)."""
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s", stream=sys.stderr
-    )
+    """Log to stderr with time, level and logger name (``level``: DEBUG, INFO, WARNING, ERROR).
+
+    Control characters in a line (from a task's error, a queue name ...) are written as
+    escapes, as `shown` does, except line breaks and tabs.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_VisibleFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
 
 
 def load_app(spec: str) -> pgtasks.App:
@@ -86,3 +131,8 @@ class AppLoader:
                 load_module_plugin(app.plugin_manager, plugin)
             self._app = app
         return self._app
+
+    def close(self) -> None:
+        """Close the connections of the app `get` loaded, if it loaded one (they reopen on use)."""
+        if self._app is not None:
+            self._app.close()

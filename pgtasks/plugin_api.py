@@ -16,7 +16,9 @@ State of the fleet:
     `list_workers` gives the registered workers as `WorkerInfo` records.
 Commands (``pgtasks_add_commands``):
     a command receives the `AppLoader` as click's ``obj`` (``@click.pass_obj``) and
-    calls ``loader.get()`` for the app; `fail` prints a pgtasks error and exits 1.
+    calls ``loader.get()`` for the app; `fail` prints a pgtasks error and exits 1;
+    `shown` makes a value from the database safe to print (control characters as
+    escapes).
 Typing:
     hook implementations annotate the app as the hook specification does, with the
     Protocols `pgtasks.App` implements: `TaskRegistry` (``pgtasks_register_tasks``),
@@ -36,7 +38,7 @@ from pgtasks.db.named import NamedQueries
 from pgtasks.db.workers import WorkerInfo
 from pgtasks.errors import PgtasksError
 from pgtasks.hookspecs import hookimpl
-from pgtasks.loader import AppLoader
+from pgtasks.loader import AppLoader, shown
 from pgtasks.plugins import PluginMigrations
 from pgtasks.ports import Engine, StoreProvider, TaskRegistry
 from pgtasks.sql import load_queries, parse_queries
@@ -58,6 +60,7 @@ __all__ = [
     "load_queries",
     "package_queries",
     "parse_queries",
+    "shown",
 ]
 
 
@@ -86,8 +89,12 @@ def list_workers(app: StoreProvider) -> list[WorkerInfo]:
 
 
 def fail(exc: PgtasksError) -> NoReturn:
-    """Print a pgtasks error on stderr, without a traceback, and exit with status 1."""
+    """Print a pgtasks error on stderr, without a traceback, and exit with status 1.
+
+    Control characters in the message (a value from the database or the command
+    line) are shown as escapes (`shown`), as everywhere in the command line.
+    """
     import click  # only commands call this: a worker process never loads click
 
-    click.echo(f"Error: {exc}", err=True)
+    click.echo(f"Error: {shown(exc)}", err=True)
     sys.exit(1)

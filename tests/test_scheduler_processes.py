@@ -213,5 +213,5 @@ def test_schedules_commands(sapp: pgtasks.App, conn: psycopg.Connection[Any]) ->
     assert once.returncode == 0 and "fired=0" in once.stdout
     missing = cli(dsn, "schedules", "show", "nope")
     assert missing.returncode == 1 and "no schedule named 'nope'" in missing.stderr
-    assert cli(dsn, "schedules", "delete", "nightly").returncode == 0
+    assert cli(dsn, "schedules", "delete", "nightly", "--yes").returncode == 0
     assert conn.execute("SELECT count(*) FROM pgtasks.schedules").fetchone() == (0,)

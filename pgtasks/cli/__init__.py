@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from pgtasks.cli.common import PROCESS_ENTRY_KEY, AppLoader, configure_logging
+from pgtasks.cli.common import PROCESS_ENTRY_KEY, AppLoader, configure_logging, shown
 from pgtasks.cli.plugins_cmd import PluginCommandGroup
 from pgtasks.errors import PgtasksError
 
@@ -73,7 +73,9 @@ def cli(
     configure_logging(loglevel)
     if ctx.obj == PROCESS_ENTRY_KEY:  # set by main(), see there
         ctx.meta[PROCESS_ENTRY_KEY] = True
-    ctx.obj = AppLoader(app_spec=app_spec, dsn=dsn, plugins=plugins)
+    loader = AppLoader(app_spec=app_spec, dsn=dsn, plugins=plugins)
+    ctx.obj = loader
+    ctx.call_on_close(loader.close)  # also when click runs inside another program (CliRunner)
 
 
 def main(argv: list[str] | None = None) -> Any:
@@ -87,5 +89,5 @@ def main(argv: list[str] | None = None) -> Any:
         return cli.main(args=argv, prog_name="pgtasks", standalone_mode=True, obj=PROCESS_ENTRY_KEY)
     except PgtasksError as exc:  # raised outside click's own handling
         logging.getLogger("pgtasks").debug("error", exc_info=True)
-        click.echo(f"Error: {exc}", err=True)
+        click.echo(f"Error: {shown(exc)}", err=True)
         sys.exit(1)

@@ -1,18 +1,40 @@
-"""Operator commands on jobs and queues: ``jobs``, ``queues``, ``workers``, ``purge``."""
+"""Operator commands on jobs and queues: ``jobs``, ``queues``, ``workers``, ``purge``.
+
+Every value is printed literally (`pgtasks.cli.common.new_console`, `shown`).
+``purge``, and ``jobs retry`` / ``jobs cancel`` given more than one id, ask before
+they act (`confirm`): ``--yes`` for scripts, ``--dry-run`` to see what they would touch.
+"""
 
 from __future__ import annotations
 
 import getpass
+from typing import TYPE_CHECKING
 
 import click
 
-from pgtasks.cli.common import AppLoader, fail, new_console, new_table
+from pgtasks.cli.common import (
+    AppLoader,
+    FiniteFloatRange,
+    confirm,
+    confirm_options,
+    fail,
+    interactive,
+    new_console,
+    new_table,
+    shown,
+)
 from pgtasks.errors import PgtasksError
 from pgtasks.records import Requeue
 from pgtasks.serialization import dumps
 from pgtasks.states import CLAIMED
 
+if TYPE_CHECKING:
+    from pgtasks.app import App
+
 __all__ = ["jobs_group", "purge_command", "queues_command", "workers_command"]
+
+#: Longest ``purge --older-than``: ten years, pgtasks' longest delay or age in seconds.
+_MAX_AGE = 10 * 365.25 * 86400.0
 
 _STATUSES = ["queued", "running", "succeeded", "failed", "cancelled", "partial_failure"]
 
@@ -128,35 +150,82 @@ def jobs_show(loader: AppLoader, job_id: int) -> None:
     console.print(history)
 
 
+_REQUEUEABLE = ("failed", "cancelled", "partial_failure")
+
+
+def _preview(app: App, job_ids: tuple[int, ...], what: dict[str, str], otherwise: str) -> None:
+    """``--dry-run`` of a bulk action: each job's status and what the action would do to it."""
+    for job_id in job_ids:
+        try:
+            status = app.get_job(job_id).status
+        except PgtasksError as exc:
+            fail(exc)
+        click.echo(f"job {job_id}: {shown(status)}, {what.get(status, otherwise)}")
+
+
 @jobs_group.command("retry")
 @click.argument("job_ids", type=int, nargs=-1, required=True)
+@confirm_options
 @click.pass_obj
-def jobs_retry(loader: AppLoader, job_ids: tuple[int, ...]) -> None:
-    """Put failed, cancelled or partially failed jobs back in the queue."""
+def jobs_retry(loader: AppLoader, job_ids: tuple[int, ...], yes: bool, dry_run: bool) -> None:
+    """Put failed, cancelled or partially failed jobs back in the queue.
+
+    With more than one id it asks first (``--yes`` for scripts); ``--dry-run``
+    says what would happen to each job and changes nothing.
+    """
     app = loader.get()
+    if dry_run:
+        _preview(app, job_ids, dict.fromkeys(_REQUEUEABLE, "would be requeued"), "would not be requeued")
+        return
+    if len(job_ids) > 1:
+        confirm(f"Requeue {len(job_ids)} jobs ({_id_list(job_ids)})?", yes=yes)
     for job_id in job_ids:
         try:
             done = app.requeue(job_id, by=f"cli:{getpass.getuser()}")
         except PgtasksError as exc:
             fail(exc)
-            return
         click.echo(f"job {job_id}: {'requeued' if done else 'not requeued (queued, running or succeeded)'}")
+
+
+_CANCEL_OUTCOMES = {
+    "cancelled": "cancelled",
+    "requested": "running: cancel requested (the worker stops it)",
+    "finished": "already finished, nothing changed",
+}
 
 
 @jobs_group.command("cancel")
 @click.argument("job_ids", type=int, nargs=-1, required=True)
 @click.option("--terminate", is_flag=True, help="Kill a running job (processes pool).")
+@confirm_options
 @click.pass_obj
-def jobs_cancel(loader: AppLoader, job_ids: tuple[int, ...], terminate: bool) -> None:
-    """Cancel jobs: queued ones at once, running ones by request."""
+def jobs_cancel(
+    loader: AppLoader, job_ids: tuple[int, ...], terminate: bool, yes: bool, dry_run: bool
+) -> None:
+    """Cancel jobs: queued ones at once, running ones by request.
+
+    Says for each job what happened: cancelled, cancel requested (running), or
+    already finished. With more than one id it asks first (``--yes`` for
+    scripts); ``--dry-run`` says what would happen and changes nothing.
+    """
     app = loader.get()
+    if dry_run:
+        what = {"queued": "would be cancelled", "running": "would be asked to stop"}
+        _preview(app, job_ids, what, "already finished, would not change")
+        return
+    if len(job_ids) > 1:
+        confirm(f"Cancel {len(job_ids)} jobs ({_id_list(job_ids)})?", yes=yes)
     for job_id in job_ids:
         try:
-            done = app.cancel(job_id, terminate=terminate)
+            outcome = app.cancel_job(job_id, terminate=terminate)
         except PgtasksError as exc:
             fail(exc)
-            return
-        click.echo(f"job {job_id}: {'cancel requested' if done else 'already finished'}")
+        click.echo(f"job {job_id}: {_CANCEL_OUTCOMES[outcome]}")
+
+
+def _id_list(job_ids: tuple[int, ...], most: int = 10) -> str:
+    shown_ids = ", ".join(str(i) for i in job_ids[:most])
+    return shown_ids + (f" and {len(job_ids) - most} more" if len(job_ids) > most else "")
 
 
 @click.command("queues")
@@ -203,7 +272,7 @@ def workers_command(loader: AppLoader) -> None:
 @click.command("purge")
 @click.option(
     "--older-than",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0, max=_MAX_AGE),
     default=7 * 86400.0,
     show_default=True,
     help="Seconds since the job finished.",
@@ -211,8 +280,24 @@ def workers_command(loader: AppLoader) -> None:
 @click.option(
     "--status", type=click.Choice(["succeeded", "failed", "cancelled", "partial_failure"]), default=None
 )
+@confirm_options
 @click.pass_obj
-def purge_command(loader: AppLoader, older_than: float, status: str | None) -> None:
-    """Delete finished jobs older than a cutoff."""
-    n = loader.get().purge(older_than=older_than, status=status)
+def purge_command(loader: AppLoader, older_than: float, status: str | None, yes: bool, dry_run: bool) -> None:
+    """Delete finished jobs older than a cutoff.
+
+    Asks first at a terminal, saying how many jobs would go; refuses when stdin is
+    not a terminal unless ``--yes`` is given. ``--dry-run`` prints that count and
+    deletes nothing.
+    """
+    which = f"finished {status or 'job'}s that ended more than {older_than:g} s ago"
+    app = loader.get()
+    count = None if yes and not dry_run else app.stores.jobs.purge_count(older_than=older_than, status=status)
+    if dry_run:
+        click.echo(f"would delete {count} job(s): {which}")
+        return
+    if count == 0 and interactive():
+        click.echo(f"nothing to delete: no {which}")
+        return
+    confirm(f"Delete {count} job(s): {which}?", yes=yes)
+    n = app.purge(older_than=older_than, status=status)
     click.echo(f"deleted {n} job(s)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from pgtasks.cli.common import AppLoader
+from pgtasks.cli.common import AppLoader, shown
 from pgtasks.migrate import migration_sql
 from pgtasks.plugins import plugin_migration_sets
 
@@ -21,4 +21,4 @@ def migrate_command(loader: AppLoader, print_sql: bool) -> None:
         click.echo(migration_sql(sets), nl=False)
         return
     applied = loader.get().migrate()
-    click.echo(f"applied: {', '.join(applied)}" if applied else "schema is up to date")
+    click.echo(f"applied: {shown(', '.join(applied))}" if applied else "schema is up to date")

@@ -10,13 +10,17 @@ builds the app from the root options it already parsed (``-A``, ``--dsn``,
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 import click
 
-from pgtasks.cli.common import AppLoader, fail, new_console, new_table
+from pgtasks.cli.common import AppLoader, fail, lines, new_console, new_table
 from pgtasks.cli.group import LazyGroup
 from pgtasks.errors import PgtasksError
 from pgtasks.plugins import available_entry_points, describe_plugins
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 __all__ = ["PluginCommandGroup", "plugin_commands", "plugins_command"]
 
@@ -81,9 +85,9 @@ def plugins_command(loader: AppLoader, hooks: bool) -> None:
     if hooks:
         table.add_column("hooks")
     for info in describe_plugins(app.plugin_manager):
-        row = [info.name, info.source]
+        row: list[str | Text] = [info.name, info.source]
         if hooks:
-            row.append("\n".join(info.hooks))
+            row.append(lines(info.hooks))
         table.add_row(*row)
     console.print(table)
     loaded = {info.name for info in describe_plugins(app.plugin_manager)}

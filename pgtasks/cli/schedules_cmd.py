@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from pgtasks.cli.common import AppLoader, fail, new_console, new_table
+from pgtasks.cli.common import AppLoader, confirm, confirm_options, fail, new_console, new_table, shown
 from pgtasks.cron import load_zone
 from pgtasks.errors import ConfigurationError, PgtasksError
 from pgtasks.maintenance import ReaperConfig
@@ -223,7 +223,7 @@ def schedules_trigger(loader: AppLoader, name: str, requested_by: str | None) ->
     except PgtasksError as exc:
         fail(exc)
         return
-    click.echo(f"schedule {name}: manual run {result.id} queued")
+    click.echo(f"schedule {shown(name)}: manual run {result.id} queued")
 
 
 @schedules_group.command("pause")
@@ -237,7 +237,7 @@ def schedules_pause(loader: AppLoader, name: str, paused_by: str | None) -> None
     except PgtasksError as exc:
         fail(exc)
         return
-    click.echo(f"schedule {name}: {'paused' if done else 'already paused'}")
+    click.echo(f"schedule {shown(name)}: {'paused' if done else 'already paused'}")
 
 
 @schedules_group.command("resume")
@@ -253,20 +253,38 @@ def schedules_resume(loader: AppLoader, name: str) -> None:
         fail(exc)
         return
     state = f"resumed, next run {_local(s.next_fire_at, s.timezone)}" if done else "was not paused"
-    click.echo(f"schedule {name}: {state}")
+    click.echo(f"schedule {shown(name)}: {shown(state)}")
 
 
 @schedules_group.command("delete")
 @click.argument("name")
+@confirm_options
 @click.pass_obj
-def schedules_delete(loader: AppLoader, name: str) -> None:
-    """Delete a schedule (its runs stay; a code-defined one returns at the next sync)."""
+def schedules_delete(loader: AppLoader, name: str, yes: bool, dry_run: bool) -> None:
+    """Delete a schedule (its runs stay; a code-defined one returns at the next sync).
+
+    Asks first at a terminal; refuses when stdin is not a terminal unless ``--yes``
+    is given. ``--dry-run`` names the schedule it would delete and deletes nothing.
+    """
     try:
-        loader.get().schedules.delete(name)
+        schedules = loader.get().schedules
+        s = schedules.get(name)  # an unknown name fails here, before any question
     except PgtasksError as exc:
         fail(exc)
+    when = f"cron {s.cron} in {s.timezone}" if s.cron else "no cron"
+    what = f"schedule {s.name} (task {s.task_name}, {when})"
+    note = "its runs stay" + (
+        "; defined in code, the app's next sync creates it again" if s.source == "code" else ""
+    )
+    if dry_run:
+        click.echo(f"would delete {shown(what)}: {note}")
         return
-    click.echo(f"schedule {name}: deleted")
+    confirm(f"Delete {what} ({note})?", yes=yes)
+    try:
+        schedules.delete(name)
+    except PgtasksError as exc:
+        fail(exc)
+    click.echo(f"schedule {shown(name)}: deleted")
 
 
 @schedules_group.command("history")
@@ -342,7 +360,9 @@ def schedules_next(loader: AppLoader, name: str, count: int, start: str | None) 
         fail(exc)
         return
     if s.cron is None:
-        click.echo(f"schedule {name} has no cron expression: it runs after {', '.join(s.after)}")
+        click.echo(
+            f"schedule {shown(name)} has no cron expression: it runs after {shown(', '.join(s.after))}"
+        )
         return
     for t in times:
-        click.echo(_local(t, s.timezone))
+        click.echo(shown(_local(t, s.timezone)))

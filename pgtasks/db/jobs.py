@@ -457,11 +457,18 @@ class JobStore:
 
     # -- operator actions ----------------------------------------------------------------
 
-    def cancel(self, *, id: int, error: Mapping[str, Any], terminate: bool = False, now: Now = None) -> bool:
-        """Cancel a queued job at once (with ``error`` recorded) or request it of a
-        running one; False if the job is finished or does not exist."""
+    def cancel(
+        self, *, id: int, error: Mapping[str, Any], terminate: bool = False, now: Now = None
+    ) -> str | None:
+        """Cancel a queued job at once (with ``error`` recorded) or request it of a running one.
+
+        Returns:
+            The status the job had: ``"queued"`` (it is now cancelled) or ``"running"``
+            (its worker is asked to stop); None if the job is finished or does not exist.
+        """
         params = {"id": id, "now": now, "error": dumps(dict(error), "error"), "terminate": terminate}
-        return self.database.fetch_one("job_cancel", params) is not None
+        row = self.database.fetch_one("job_cancel", params)
+        return None if row is None else str(row["old_status"])
 
     def requeue(self, *, id: int, by: str, now: Now = None) -> bool:
         """Put a failed, cancelled or partially failed job back in the queue for a new

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pgtasks.errors import PgtasksError
-from pgtasks.plugin_api import AppLoader, fail
+from pgtasks.plugin_api import AppLoader, fail, shown
 
 from .api import DEFAULT_LIMIT, search
 
@@ -77,9 +77,9 @@ def search_command(
         return
     console = Console()
     if not hits:
-        console.print(f"no hits for {escape(query)!r} in tenant {escape(tenant)!r}")
+        console.print(f"no hits for {_literal(repr(query))} in tenant {_literal(repr(tenant))}")
         return
-    table = Table(title=f"{len(hits)} hit(s) for {escape(query)!r} in tenant {escape(tenant)!r}")
+    table = Table(title=f"{len(hits)} hit(s) for {_literal(repr(query))} in tenant {_literal(repr(tenant))}")
     table.add_column("#", justify="right")
     table.add_column("kind")
     table.add_column("key", style="bold")
@@ -88,8 +88,20 @@ def search_command(
     table.add_column("rank", justify="right")
     table.add_column("snippet")
     for number, hit in enumerate(hits, 1):
-        snippet = escape(hit.snippet).replace(_START, "[bold yellow]").replace(_STOP, "[/bold yellow]")
+        snippet = _literal(hit.snippet).replace(_START, "[bold yellow]").replace(_STOP, "[/bold yellow]")
         table.add_row(
-            str(number), hit.kind, escape(hit.key), escape(hit.title), hit.match, f"{hit.rank:.3f}", snippet
+            str(number),
+            _literal(hit.kind),
+            _literal(hit.key),
+            _literal(hit.title),
+            _literal(hit.match),
+            f"{hit.rank:.3f}",
+            snippet,
         )
     console.print(table)
+
+
+def _literal(value: str) -> str:
+    """``value`` as rich markup that prints it literally: markup escaped, control characters
+    shown as escapes (`pgtasks.plugin_api.shown`)."""
+    return escape(shown(value))
