@@ -49,6 +49,7 @@ from pgtasks.worker.isolation import LOCK_RACE, distinct_keys, find_unclaimable,
 from pgtasks.worker.listener import Listener
 from pgtasks.worker.outcome import cancelled_outcome, decide, unknown_task_outcome
 from pgtasks.worker.pool import HeldJob, ThreadPool, deliver_pending_exception
+from pgtasks.worker.routing import unrouted_queues_warning
 from pgtasks.worker.starts import StartRecorder
 from pgtasks.worker.timelimits import TimeLimitWatchdog
 
@@ -205,6 +206,9 @@ class Worker:
         self._starts.start()
         if self._listener is not None:
             self._listener.start()
+        unrouted = unrouted_queues_warning(self.config.queues, self.app.tasks)
+        if unrouted is not None:  # a typo in -Q would otherwise wait forever without a word
+            log.warning("worker %s: %s", self.id, unrouted)
         log.info(
             "worker %s ready: queues=%s concurrency=%d pool=%s listen=%s",
             self.id,
