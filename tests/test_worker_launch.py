@@ -2,7 +2,8 @@
 
 The process keeps its pid: it registers under it, runs jobs, and stops gracefully
 on SIGTERM with exit code 0. ``python -m pgtasks.worker`` rejects a missing or bad
-launch spec with a clear error.
+launch spec with a clear error. (That the spec, DSN included, stays out of the
+command line is tests/test_secrets_argv.py.)
 """
 
 from __future__ import annotations
@@ -79,8 +80,23 @@ def _run_module(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_worker_module_needs_its_spec() -> None:
     missing = _run_module()
     assert missing.returncode == 2
-    assert "usage: python -m pgtasks.worker SPEC" in missing.stderr
-    bad = _run_module('{"app_spec": 1}')
+    assert "usage: python -m pgtasks.worker --spec-fd N" in missing.stderr
+    assert _run_module('{"app_spec": "m:app"}').returncode == 2  # a spec in argv is not read
+    read_end, write_end = os.pipe()
+    os.write(write_end, b'{"app_spec": 1}')
+    os.close(write_end)
+    try:
+        bad = subprocess.run(
+            [sys.executable, "-m", "pgtasks.worker", "--spec-fd", str(read_end)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            pass_fds=(read_end,),
+        )
+    finally:
+        os.close(read_end)
     assert bad.returncode == 1
     assert bad.stderr.startswith("Error: not a worker launch spec")
     assert "Traceback" not in bad.stderr
@@ -95,8 +111,7 @@ def test_a_worker_process_reexecutes_under_its_pid_runs_jobs_and_stops_cleanly(
         with workers(dsn, tmp_path, ["-c", "2", "--poll-interval", "0.1"]) as (worker,):
             worker_id_of(conn, worker.pid)  # registered under the pid the command started with
             cmdline = Path(f"/proc/{worker.pid}/cmdline").read_bytes().split(b"\0")
-            assert cmdline[1:3] == [b"-m", b"pgtasks.worker"], cmdline
-            assert json.loads(cmdline[3])["app_spec"] == "tests.apps.worker_app:app"
+            assert cmdline[1:4] == [b"-m", b"pgtasks.worker", b"--spec-fd"], cmdline
             job = app.tasks["w.record"].delay(n=7)
             eventually(lambda: status(conn, job.id) == "succeeded", timeout=20, message="job done")
             assert job.get(timeout=5) == 7

@@ -1,4 +1,4 @@
-"""``python -m pgtasks.worker SPEC``: the image a ``pgtasks worker`` process re-executes into."""
+"""``python -m pgtasks.worker --spec-fd N``: the image a ``pgtasks worker`` process re-executes into."""
 
 from pgtasks.worker.launch import main
 
