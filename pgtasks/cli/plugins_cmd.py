@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from pgtasks.cli.common import AppLoader, fail, lines, new_console, new_table
+from pgtasks.cli.common import AppLoader, fail, lines, new_console, new_table, shown
 from pgtasks.cli.group import LazyGroup
 from pgtasks.errors import PgtasksError
 from pgtasks.plugins import available_entry_points, describe_plugins
@@ -58,7 +58,7 @@ class PluginCommandGroup(LazyGroup):
         try:
             return plugin_commands(ctx).get(cmd_name)
         except PgtasksError as exc:
-            raise click.ClickException(f"cannot look up plugin commands: {exc}") from exc
+            raise click.ClickException(f"cannot look up plugin commands: {shown(exc)}") from exc
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         """Built-in, lazy and plugin commands, sorted (plugins that fail to load are left out here)."""

@@ -121,7 +121,7 @@ def scheduler_command(
             reaper=ReaperConfig(lease_timeout=lease_timeout),
         )
     except ConfigurationError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(shown(exc)) from None
     app = loader.get()
     scheduler = Scheduler(app, config, clock=clock)
     if once:

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from pgtasks.cli.common import PROCESS_ENTRY_KEY, AppLoader
+from pgtasks.cli.common import PROCESS_ENTRY_KEY, AppLoader, shown
 from pgtasks.errors import ConfigurationError
 from pgtasks.worker import WorkerConfig
 from pgtasks.worker.launch import WorkerLaunch, reexec, reexec_allowed, run
@@ -144,7 +144,7 @@ def worker_command(
             app_spec=loader.app_spec,
         )
     except ConfigurationError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(shown(exc)) from None
     launch = WorkerLaunch(
         app_spec=loader.app_spec,
         dsn=loader.dsn,
