@@ -7,9 +7,11 @@ name (plugin ``pgtasks_index``); ``pgtasks.delete`` (plugin ``pgtasks_delete``)
 removes a document from the index and, asked for derived data, lets this
 application delete its row through the ``pgtasks_delete_item`` hook below.
 
-Workers can run this app on their own::
+The OCR task reads documents only from its roots: ``PGTASKS_OCR_ROOTS`` when set, else
+the shared corpus folder (`DEFAULT_ROOT`); `examples.documents.run` adds the folder it
+ingests. Workers can run this app on their own::
 
-    pgtasks -A examples.documents.app:app worker -Q ocr,index
+    PGTASKS_OCR_ROOTS=/srv/scans pgtasks -A examples.documents.app:app worker -Q ocr,index
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ import psycopg
 
 import pgtasks
 import pgtasks_index
+import pgtasks_ocr
 from pgtasks import hookimpl
 from pgtasks.errors import ConfigurationError
 
 __all__ = [
     "DDL",
+    "DEFAULT_ROOT",
     "Upload",
+    "allow_folder",
     "app",
     "delete_document",
     "make_app",
@@ -40,6 +45,9 @@ __all__ = [
 
 OCR_TASK: Final = "pgtasks.ocr"
 DELETE_TASK: Final = "pgtasks.delete"
+#: Where the OCR task may read documents when ``PGTASKS_OCR_ROOTS`` is not set: the
+#: shared corpus beside the repository.
+DEFAULT_ROOT: Final = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "documents"
 
 #: The application's own table (its schema is the application's business, not pgtasks').
 DDL: Final = """
@@ -71,8 +79,20 @@ class DocumentRows:
 
 
 def make_app(dsn: str | None = None) -> pgtasks.App:
-    """The archive's app; plugins come from the ``pgtasks`` entry-point group (installed with pgtasks)."""
-    return pgtasks.App("documents", dsn=dsn, load_entry_points=True, plugins=[DocumentRows()])
+    """The archive's app; plugins come from the ``pgtasks`` entry-point group (installed with pgtasks).
+
+    Its OCR roots are ``PGTASKS_OCR_ROOTS`` when set, else `DEFAULT_ROOT`.
+    """
+    application = pgtasks.App("documents", dsn=dsn, load_entry_points=True, plugins=[DocumentRows()])
+    if OCR_TASK in application.tasks and not application.settings.ocr_roots:
+        pgtasks_ocr.configure(application, roots=[DEFAULT_ROOT])
+    return application
+
+
+def allow_folder(application: pgtasks.App, folder: Path) -> None:
+    """Let the OCR task of ``application`` read the documents in ``folder`` too."""
+    roots = pgtasks_ocr.ocr_config(application).roots
+    pgtasks_ocr.configure(application, roots=[*roots, folder.resolve()])
 
 
 app = make_app()

@@ -38,7 +38,7 @@ from pgtasks.states import JobStatus
 from pgtasks.worker import Worker, WorkerConfig
 from pgtasks_index import SearchHit
 
-from .app import Upload, delete_document, prepare, reset_tenants, upload, upload_bulk
+from .app import Upload, allow_folder, delete_document, prepare, reset_tenants, upload, upload_bulk
 from .app import app as default_app
 from .samples import SAMPLE_QUERIES, make_samples
 
@@ -206,6 +206,7 @@ def run(
             make_samples(folder)
             console.print(f"no corpus at {CORPUS}: using sample files made in {folder}")
         files = _files(folder)
+        allow_folder(app, folder)  # the OCR task reads only from its roots
         console.print(f"ingesting {len(files)} file(s) from {folder}")
         dsn_source = app.settings.dsn_source
         prepare(app)

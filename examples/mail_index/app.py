@@ -13,9 +13,12 @@ is stored with the entry, so `delete_by_message_id` can find every copy. A file
 that is not a mail at all (the corpus's ``broken.eml``) fails its job permanently
 with ``MALFORMED_MAIL``; the worker carries on.
 
-Workers can run this app on their own::
+A payload names a file, so the task reads it only inside the app's OCR roots
+(`pgtasks_ocr.configure`: ``PGTASKS_OCR_ROOTS`` when set, else the corpus's mail folder,
+`DEFAULT_ROOT`; `examples.mail_index.run` adds the folder it indexes), as a regular
+file and within the OCR plugin's limits. Workers can run this app on their own::
 
-    pgtasks -A examples.mail_index.app:app worker -Q index
+    PGTASKS_OCR_ROOTS=/var/mail pgtasks -A examples.mail_index.app:app worker -Q index
 """
 
 from __future__ import annotations
@@ -26,15 +29,26 @@ from typing import Any, Final
 
 import pgtasks
 import pgtasks_index
+import pgtasks_ocr
 from pgtasks.context import TaskContext
 from pgtasks.errors import ConfigurationError, DatabaseError, Reject
 from pgtasks_ocr import extract_mail
 
-__all__ = ["INDEX_MAIL", "delete_by_message_id", "delete_mail", "enqueue_mail", "make_app"]
+__all__ = [
+    "DEFAULT_ROOT",
+    "INDEX_MAIL",
+    "allow_folder",
+    "delete_by_message_id",
+    "delete_mail",
+    "enqueue_mail",
+    "make_app",
+]
 
 #: The task name producers enqueue by.
 INDEX_MAIL: Final = "mail.index"
 KIND: Final = "mail"
+#: Where messages may be read when ``PGTASKS_OCR_ROOTS`` is not set: the corpus's mail.
+DEFAULT_ROOT: Final = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "documents" / "mail"
 
 
 def index_mail(self: TaskContext, payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -49,7 +63,9 @@ def index_mail(self: TaskContext, payload: Mapping[str, Any]) -> dict[str, Any]:
         ``{"key", "message_id", "subject", "created"}``.
 
     Raises:
-        Reject: ``MAIL_BAD_PAYLOAD`` (no path, no tenant), ``MALFORMED_MAIL`` (not a mail).
+        Reject: ``MAIL_BAD_PAYLOAD`` (no path, no tenant), ``MALFORMED_MAIL`` (not a
+            mail, or nested too deep), ``PATH_NOT_ALLOWED`` (outside the app's OCR
+            roots), ``NOT_REGULAR_FILE``, ``FILE_TOO_LARGE`` (past the OCR limits).
         Retry: the file cannot be read yet, or a transient database failure.
     """
     tenant = self.request.tenant
@@ -57,8 +73,10 @@ def index_mail(self: TaskContext, payload: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(path, str) or not path or not tenant:
         raise Reject(f"payload needs a 'path' and the job a tenant, got {payload!r}", code="MAIL_BAD_PAYLOAD")
     key = str(payload.get("key") or Path(path).name)
+    config = pgtasks_ocr.ocr_config(self.app)
     try:
-        message = extract_mail(path)  # Reject(MALFORMED_MAIL) when there is no header at all
+        # Reject(MALFORMED_MAIL) when there is no header at all; PATH_NOT_ALLOWED outside the roots
+        message = extract_mail(path, roots=config.roots, limits=config.limits)
     except OSError as exc:
         self.retry(exc=exc, countdown=5)
     metadata = {
@@ -93,7 +111,15 @@ def make_app(dsn: str | None = None) -> pgtasks.App:
     application.register_task(
         index_mail, name=INDEX_MAIL, queue="index", bind=True, max_retries=5, retry_backoff=True
     )
+    if not application.settings.ocr_roots:
+        pgtasks_ocr.configure(application, roots=[DEFAULT_ROOT])
     return application
+
+
+def allow_folder(application: pgtasks.App, folder: Path) -> None:
+    """Let ``mail.index`` jobs of ``application`` read the messages in ``folder`` too."""
+    roots = pgtasks_ocr.ocr_config(application).roots
+    pgtasks_ocr.configure(application, roots=[*roots, folder.resolve()])
 
 
 def enqueue_mail(application: pgtasks.App, tenant: str, path: Path) -> int:

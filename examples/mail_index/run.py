@@ -33,8 +33,8 @@ from pgtasks.errors import JobNotFound
 from pgtasks.states import JobStatus
 from pgtasks.worker import Worker, WorkerConfig
 
+from .app import allow_folder, delete_by_message_id, enqueue_mail
 from .app import app as default_app
-from .app import delete_by_message_id, enqueue_mail
 
 __all__ = ["default_folder", "main", "print_status", "run"]
 
@@ -110,6 +110,7 @@ def run(
             _make_sample_mail(folder)
             console.print(f"no corpus at {CORPUS_MAIL}: using sample messages made in {folder}")
         files = sorted(folder.glob("*.eml"))
+        allow_folder(app, folder)  # mail.index reads only from the app's OCR roots
         app.migrate()
         for tenant in TENANTS:
             pgtasks_index.remove_tenant(app, tenant)  # start from an empty index for the demo tenants

@@ -24,26 +24,37 @@ for any input without a single header field. A clear, permanent failure is what 
 corpus README asks for ("must fail clearly ... on broken.eml if it cannot be indexed").
 A message with headers but a missing blank line (``python-msg_35``) is still a mail: its
 headers parse and the rest becomes the body.
+
+Hostile mail is bounded before Python's recursion is: the parser builds each part
+through a message class that knows its depth, and a part nested deeper than
+``max_mail_depth`` (`OcrLimits`; multipart in multipart, or a chain of
+``message/rfc822``) stops the parse with ``MALFORMED_MAIL``, as does a header field
+whose comments nest deeper than that (the structured-header parser recurses into
+comments). ``max_mail_bytes`` is checked before parsing and ``max_mail_parts`` while
+parsing (``FILE_TOO_LARGE``).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email import policy
 from email.header import decode_header, make_header
+from email.headerregistry import BaseHeader, HeaderRegistry
 from email.message import EmailMessage, Message
 from email.parser import BytesParser
+from email.policy import EmailPolicy
 from email.utils import parsedate_to_datetime
-from pathlib import Path
 from typing import Any, Final
 
 from pgtasks.errors import Reject
 
+from .files import read_document, shown
 from .html_text import html_to_text
+from .limits import DEFAULT_LIMITS, MALFORMED_MAIL, OcrLimits, limit_exceeded
 from .result import normalise_text
 
 __all__ = ["MailMessage", "extract_mail", "normalise_message_id"]
@@ -99,25 +110,47 @@ class MailMessage:
         return "\n\n".join(part for part in ("\n".join(lines), self.body) if part)
 
 
-def extract_mail(source: str | os.PathLike[str] | bytes) -> MailMessage:
+def extract_mail(
+    source: str | os.PathLike[str] | bytes,
+    *,
+    roots: Sequence[str | os.PathLike[str]] | None = None,
+    limits: OcrLimits = DEFAULT_LIMITS,
+    name: str | None = None,
+) -> MailMessage:
     """Parse one mail.
 
     Args:
         source: the raw message as bytes, or the path of a file holding it (``.eml``,
-            optionally starting with an mbox ``From `` line).
+            optionally starting with an mbox ``From `` line), read with
+            `pgtasks_ocr.files.read_document`.
+        roots: for a path, the directories it must lie in (empty refuses every path;
+            None, the default for library use, does not check).
+        limits: ``max_file_bytes`` (a path), ``max_mail_bytes``, ``max_mail_parts`` and
+            ``max_mail_depth`` apply.
+        name: what messages call the mail (default: the file's name; none for bytes).
 
     Raises:
         Reject: ``MALFORMED_MAIL`` when the input has no header field at all (see the
-            module docstring for why).
+            module docstring for why), or nests parts or header comments deeper than
+            ``max_mail_depth``; ``FILE_TOO_LARGE`` past ``max_mail_bytes`` or
+            ``max_mail_parts``; for a path, those of `read_document`
+            (``PATH_NOT_ALLOWED``, ``NOT_REGULAR_FILE``).
         OSError: the file cannot be read.
     """
-    data = source if isinstance(source, bytes) else Path(source).read_bytes()
-    message = BytesParser(policy=policy.default).parsebytes(data)
+    if isinstance(source, bytes):
+        data = source
+    else:
+        document = read_document(source, roots=roots, limits=limits)
+        data, name = document.data, name or shown(document.name)
+    prefix = f"{name}: " if name else ""
+    label = name or "mail"
+    if len(data) > limits.max_mail_bytes:
+        raise limit_exceeded(label, f"a mail of {len(data):,} bytes", "max_mail_bytes", limits.max_mail_bytes)
+    message = BytesParser(policy=_bounded_policy(limits, label)).parsebytes(data)
     if not message.keys():
-        name = "" if isinstance(source, bytes) else f"{Path(source).name}: "
         raise Reject(
-            f"{name}not a mail: no header fields at all (no From, Date, Message-ID or Subject)",
-            code="MALFORMED_MAIL",
+            f"{prefix}not a mail: no header fields at all (no From, Date, Message-ID or Subject)",
+            code=MALFORMED_MAIL,
         )
     return MailMessage(
         message_id=normalise_message_id(_first_text(message, "message-id")),
@@ -144,6 +177,119 @@ def normalise_message_id(value: str | None) -> str | None:
     return _WHITESPACE_RE.sub("", inner) or None
 
 
+# --- bounds --------------------------------------------------------------------------
+
+
+class _Budget:
+    """What one parse may still build: parts in all, and how deep."""
+
+    def __init__(self, limits: OcrLimits, label: str) -> None:
+        self.limits = limits
+        self.label = label
+        self.parts = 0
+
+    def enter(self, depth: int) -> None:
+        """Account for one more part at ``depth`` (the top-level message is depth 0).
+
+        Raises:
+            Reject: ``MALFORMED_MAIL`` past ``max_mail_depth``, ``FILE_TOO_LARGE`` past
+                ``max_mail_parts``.
+        """
+        self.parts += 1
+        if depth > self.limits.max_mail_depth:
+            raise limit_exceeded(
+                self.label,
+                f"parts nested at least {depth} deep",
+                "max_mail_depth",
+                self.limits.max_mail_depth,
+                code=MALFORMED_MAIL,
+            )
+        if self.parts > self.limits.max_mail_parts:
+            raise limit_exceeded(
+                self.label,
+                f"at least {self.parts:,} MIME parts",
+                "max_mail_parts",
+                self.limits.max_mail_parts,
+            )
+
+
+class _BoundedMessage(EmailMessage):
+    """A message part that knows its depth; attaching a part too deep stops the parse.
+
+    The parser (`email.feedparser`) attaches each part it starts to its parent before
+    it parses the part's content, so the check runs before Python recurses any deeper.
+    """
+
+    def __init__(self, policy: Any = None, *, budget: _Budget | None = None, depth: int = 0) -> None:
+        super().__init__(policy)
+        self.budget = budget
+        self.depth = depth
+
+    def attach(self, payload: Any) -> None:
+        """Attach a part, one level below this one, within the budget."""
+        if isinstance(payload, _BoundedMessage) and self.budget is not None:
+            payload.depth = self.depth + 1
+            self.budget.enter(payload.depth)
+        super().attach(payload)
+
+
+class _DepthCheckedHeaders(HeaderRegistry):
+    """The standard header classes, refusing a value whose comments nest too deep.
+
+    ``email._header_value_parser.get_comment`` calls itself once per nested ``(``.
+    """
+
+    def __init__(self, budget: _Budget) -> None:
+        super().__init__()
+        self.budget = budget
+
+    def __call__(self, name: str, value: str) -> BaseHeader:
+        """Build the header object for ``name: value``.
+
+        Raises:
+            Reject: ``MALFORMED_MAIL`` when comments nest deeper than ``max_mail_depth``.
+        """
+        depth = _comment_depth(value)
+        if depth > self.budget.limits.max_mail_depth:
+            raise limit_exceeded(
+                self.budget.label,
+                f"comments nested {depth} deep in the {shown(name)} field",
+                "max_mail_depth",
+                self.budget.limits.max_mail_depth,
+                code=MALFORMED_MAIL,
+            )
+        header: BaseHeader = super().__call__(name, value)
+        return header
+
+
+def _comment_depth(value: str) -> int:
+    """Deepest nesting of ``(`` in ``value`` (a backslash escapes the next character);
+    never less than what the header parser will recurse through."""
+    depth = deepest = 0
+    escaped = False
+    for char in value:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")" and depth:
+            depth -= 1
+    return deepest
+
+
+def _bounded_policy(limits: OcrLimits, label: str) -> EmailPolicy[EmailMessage]:
+    """``policy.default`` building `_BoundedMessage` parts and depth-checked headers."""
+    budget = _Budget(limits, label)
+
+    def message_factory(policy: Any = None) -> _BoundedMessage:
+        return _BoundedMessage(policy, budget=budget)
+
+    return policy.default.clone(message_factory=message_factory, header_factory=_DepthCheckedHeaders(budget))
+
+
 # --- headers -----------------------------------------------------------------------
 
 
@@ -151,6 +297,8 @@ def _header_values(message: Message, name: str) -> list[Any]:
     """All values of header ``name``: structured header objects, or decoded strings."""
     try:
         return list(message.get_all(name) or [])
+    except Reject:  # a limit (max_mail_depth): the mail fails, not just this header
+        raise
     except Exception:
         # The structured header parser has had crashes on hostile input (CPython issues
         # on _header_value_parser); one bad header must not lose the whole mail.
@@ -300,6 +448,8 @@ def _attachment_names(message: Message) -> list[str]:
             continue
         try:
             name = part.get_filename()
+        except Reject:
+            raise
         except Exception:  # filename parameter decoding on hostile input; see _header_values
             name = None
         if name:

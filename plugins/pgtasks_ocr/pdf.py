@@ -17,8 +17,10 @@ documents still overlaps. Rendered bitmaps are copied out of PDFium's memory bef
 lock is released.
 
 A page "has no text layer" when its text holds fewer than `MIN_TEXT_CHARS` non-blank
-characters. Such a page is rendered at `RENDER_DPI`, capped at `MAX_RENDER_PIXELS`. It is
-left as it is if the rendering is blank, and OCR'd otherwise. The OCR text replaces the
+characters. Such a page is rendered at `RENDER_DPI`, at a lower resolution when that
+would exceed ``max_render_pixels`` (`OcrLimits`), but never below `MIN_RENDER_DPI`: a page
+that large fails with ``FILE_TOO_LARGE``. It is left as it is if the rendering is blank,
+and OCR'd otherwise. The OCR text replaces the
 text layer only when it has more non-blank characters, so a digital page that just says
 "Thank you" keeps its exact text.
 """
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import math
 import threading
-from pathlib import Path
 from typing import Any, Final, cast
 
 import pypdfium2 as pdfium
@@ -36,12 +37,14 @@ from PIL import Image
 
 from pgtasks.errors import Reject
 
+from .limits import DEFAULT_LIMITS, OcrLimits, limit_exceeded
 from .result import ExtractedText, Method, normalise_text
 from .tesseract import OcrUnavailable, ocr_image, usable_languages
 
 __all__ = [
     "BLANK_CONTRAST",
     "MAX_RENDER_PIXELS",
+    "MIN_RENDER_DPI",
     "MIN_TEXT_CHARS",
     "PDFIUM_LOCK",
     "RENDER_DPI",
@@ -55,23 +58,37 @@ MIN_TEXT_CHARS: Final = 16
 #: Resolution pages are rendered at for OCR (dots per inch). 300 dpi is Tesseract's
 #: documented sweet spot ("Improving the quality of the output": at least 300 dpi).
 RENDER_DPI: Final = 300
-#: Largest rendering (pixels); bigger pages are rendered at a lower resolution. An A4
-#: page at 300 dpi is 8.7 million pixels; this allows A2 at 300 dpi.
-MAX_RENDER_PIXELS: Final = 40_000_000
+#: Largest rendering by default (pixels; `OcrLimits.max_render_pixels`); bigger pages are
+#: rendered at a lower resolution. An A4 page at 300 dpi is 8.7 million pixels; this
+#: allows A2 at 300 dpi.
+MAX_RENDER_PIXELS: Final = DEFAULT_LIMITS.max_render_pixels
+#: Lowest resolution a page is rendered at to fit ``max_render_pixels`` (dots per inch);
+#: text rendered coarser than this cannot be read, so a larger page fails instead.
+MIN_RENDER_DPI: Final = 72
 #: A rendering whose darkest and lightest gray values differ by less than this (0..255)
 #: is blank and not OCR'd.
 BLANK_CONTRAST: Final = 16
 _POINTS_PER_INCH: Final = 72
 
 
-def extract_pdf(path: Path, *, password: str | None, languages: str, mime: str) -> ExtractedText:
+def extract_pdf(
+    data: bytes,
+    *,
+    name: str,
+    password: str | None,
+    languages: str,
+    mime: str,
+    limits: OcrLimits = DEFAULT_LIMITS,
+) -> ExtractedText:
     """Extract the text of every page of a PDF, in page order.
 
     Args:
-        path: the PDF file.
+        data: the PDF file's bytes.
+        name: the file's name, for messages.
         password: user or owner password for an encrypted file; ignored otherwise.
         languages: Tesseract languages for pages without a text layer.
         mime: the sniffed type, stored in the result.
+        limits: ``max_pdf_pages`` and ``max_render_pixels`` apply.
 
     Returns:
         `ExtractedText` whose method is ``text-layer`` (no page OCR'd, also for an empty
@@ -80,19 +97,24 @@ def extract_pdf(path: Path, *, password: str | None, languages: str, mime: str) 
     Raises:
         Reject: ``ENCRYPTED_PDF`` when the file is encrypted and the password is missing
             or wrong, or its security handler is unsupported; ``CORRUPT_FILE`` when
-            PDFium cannot load the file or one of its pages.
+            PDFium cannot load the file or one of its pages (PDFium bounds the nesting
+            of objects and refuses cyclic page trees itself); ``FILE_TOO_LARGE`` when
+            it has more than ``max_pdf_pages`` pages, or a page needing OCR would not
+            fit ``max_render_pixels`` even at `MIN_RENDER_DPI`.
         OcrUnavailable: a page needs OCR and Tesseract is missing.
         OcrFailed: Tesseract failed on a page.
     """
     with PDFIUM_LOCK:
-        document = _open(path, password)
+        document = _open(data, name, password)
     try:
         with PDFIUM_LOCK:
             count = len(document)
+        if count > limits.max_pdf_pages:
+            raise limit_exceeded(name, f"a PDF of {count:,} pages", "max_pdf_pages", limits.max_pdf_pages)
         pages: list[str] = []
         ocr_count = 0
         for index in range(count):
-            text, used_ocr = _page_text(document, index, path=path, languages=languages)
+            text, used_ocr = _page_text(document, index, name=name, languages=languages, limits=limits)
             pages.append(text)
             ocr_count += used_ocr
     finally:
@@ -102,27 +124,29 @@ def extract_pdf(path: Path, *, password: str | None, languages: str, mime: str) 
     return ExtractedText.from_pages(tuple(pages), method=method, mime=mime)
 
 
-def _open(path: Path, password: str | None) -> Any:
+def _open(data: bytes, name: str, password: str | None) -> Any:
     try:
-        return pdfium.PdfDocument(path, password=password)
+        return pdfium.PdfDocument(data, password=password)
     except pdfium.PdfiumError as exc:
         code = exc.err_code
         if code == pdfium_c.FPDF_ERR_PASSWORD:
             reason = (
-                f"{path.name}: the PDF is encrypted and needs a password; none was given"
+                f"{name}: the PDF is encrypted and needs a password; none was given"
                 if password is None
-                else f"{path.name}: the PDF is encrypted and the password given is wrong"
+                else f"{name}: the PDF is encrypted and the password given is wrong"
             )
             raise Reject(reason, code="ENCRYPTED_PDF") from exc
         if code == pdfium_c.FPDF_ERR_SECURITY:
             raise Reject(
-                f"{path.name}: the PDF uses an encryption scheme PDFium does not support",
+                f"{name}: the PDF uses an encryption scheme PDFium does not support",
                 code="ENCRYPTED_PDF",
             ) from exc
-        raise Reject(f"{path.name}: not a readable PDF ({exc})", code="CORRUPT_FILE") from exc
+        raise Reject(f"{name}: not a readable PDF ({exc})", code="CORRUPT_FILE") from exc
 
 
-def _page_text(document: Any, index: int, *, path: Path, languages: str) -> tuple[str, bool]:
+def _page_text(
+    document: Any, index: int, *, name: str, languages: str, limits: OcrLimits
+) -> tuple[str, bool]:
     """Return (text, whether OCR produced it) for page ``index`` (0-based)."""
     with PDFIUM_LOCK:
         try:
@@ -133,13 +157,15 @@ def _page_text(document: Any, index: int, *, path: Path, languages: str) -> tupl
                     layer = normalise_text(str(textpage.get_text_bounded()))
                 finally:
                     textpage.close()
-                rendering = None if _visible_chars(layer) >= MIN_TEXT_CHARS else _render(page)
+                rendering = (
+                    None
+                    if _visible_chars(layer) >= MIN_TEXT_CHARS
+                    else _render(page, index=index, name=name, limits=limits)
+                )
             finally:
                 page.close()
         except pdfium.PdfiumError as exc:
-            raise Reject(
-                f"{path.name}: page {index + 1} cannot be read ({exc})", code="CORRUPT_FILE"
-            ) from exc
+            raise Reject(f"{name}: page {index + 1} cannot be read ({exc})", code="CORRUPT_FILE") from exc
     if rendering is None:
         return layer, False
     image, dpi = rendering
@@ -158,12 +184,28 @@ def _page_text(document: Any, index: int, *, path: Path, languages: str) -> tupl
     return layer, False
 
 
-def _render(page: Any) -> tuple[Image.Image, int]:
-    """Render ``page`` in grayscale; return a copy owned by Python and its dpi. Needs the lock."""
-    width_pt, height_pt = page.get_size()
-    scale = RENDER_DPI / _POINTS_PER_INCH
-    area_pt = max(float(width_pt) * float(height_pt), 1.0)
-    scale = min(scale, math.sqrt(MAX_RENDER_PIXELS / area_pt))
+def _render(page: Any, *, index: int, name: str, limits: OcrLimits) -> tuple[Image.Image, int] | None:
+    """Render ``page`` in grayscale; return a copy owned by Python and its dpi, or None for
+    a page without area. Needs the lock.
+
+    Raises:
+        Reject: ``FILE_TOO_LARGE``: the page does not fit ``max_render_pixels`` at
+            `MIN_RENDER_DPI`.
+    """
+    width_pt, height_pt = (float(side) for side in page.get_size())
+    if not (math.isfinite(width_pt) and math.isfinite(height_pt)) or width_pt < 1 or height_pt < 1:
+        return None
+    area_pt = width_pt * height_pt
+    scale = min(RENDER_DPI / _POINTS_PER_INCH, math.sqrt(limits.max_render_pixels / area_pt))
+    if scale * _POINTS_PER_INCH < MIN_RENDER_DPI:
+        pixels = math.ceil(area_pt * (MIN_RENDER_DPI / _POINTS_PER_INCH) ** 2)
+        raise limit_exceeded(
+            name,
+            f"page {index + 1} ({width_pt:.0f}x{height_pt:.0f} points) needs {pixels:,} pixels "
+            f"at {MIN_RENDER_DPI} dpi",
+            "max_render_pixels",
+            limits.max_render_pixels,
+        )
     bitmap = page.render(scale=scale, grayscale=True)
     try:
         image: Image.Image = bitmap.to_pil().copy()  # to_pil() shares PDFium's buffer

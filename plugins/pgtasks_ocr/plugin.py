@@ -1,8 +1,9 @@
 """Hook implementations of the ``pgtasks_ocr`` plugin (the entry point ``pgtasks_ocr``).
 
-- ``pgtasks_register_tasks``: the ``pgtasks.ocr`` task (queue ``ocr``): extract the
-  text of one file (`extract_text`) and hand it on by enqueuing the index task *by
-  name* (``pgtasks.index`` unless told otherwise). This plugin does not import the
+- ``pgtasks_register_tasks``: the ``pgtasks.ocr`` task (queue ``ocr``, time limit
+  `OCR_TIME_LIMIT`): extract the text of one file (`extract_text`) inside the app's
+  roots and limits (`pgtasks_ocr.configure`) and hand it on by enqueuing the index
+  task *by name* (``pgtasks.index`` unless told otherwise). This plugin does not import the
   index plugin; if no task of that name is registered, the text stays in the OCR
   job's result.
 - ``pgtasks_worker_started``: a worker serving the ``ocr`` queue checks for
@@ -21,7 +22,9 @@ from typing import Any, Final
 from pgtasks.context import TaskContext
 from pgtasks.plugin_api import TaskRegistry, hookimpl
 
+from .config import OCR_QUEUE, OCR_SOFT_TIME_LIMIT, OCR_TASK, OCR_TIME_LIMIT, ocr_config
 from .extract import extract_text
+from .files import shown
 from .tesseract import (
     DEFAULT_LANGUAGES,
     OcrFailed,
@@ -31,14 +34,10 @@ from .tesseract import (
     tesseract_version,
 )
 
-__all__ = ["INSTALL_COMMAND", "OCR_QUEUE", "OCR_TASK", "check_tesseract", "ocr_task"]
+__all__ = ["INSTALL_COMMAND", "OCR_QUEUE", "OCR_TASK", "OCR_TIME_LIMIT", "check_tesseract", "ocr_task"]
 
 log = logging.getLogger("pgtasks_ocr")
 
-#: Name applications enqueue by.
-OCR_TASK: Final = "pgtasks.ocr"
-#: Default queue of the OCR task (CPU-heavy: give it its own workers if needed).
-OCR_QUEUE: Final = "ocr"
 #: Task the extracted text is handed to unless the job says otherwise.
 DEFAULT_NEXT_TASK: Final = "pgtasks.index"
 #: How to install Tesseract with the language data pgtasks uses by default (Debian/Ubuntu).
@@ -63,7 +62,9 @@ def ocr_task(
 
     Args:
         self: the job's context (bound task).
-        path: the file, readable by the worker (shared storage).
+        path: the file, readable by the worker (shared storage), inside one of the
+            app's OCR roots (`pgtasks_ocr.configure`, ``PGTASKS_OCR_ROOTS``) once
+            symbolic links and ``..`` are resolved.
         kind: the item's kind for the index (``"document"``, ``"mail"``).
         key: the item's key (default: ``path``).
         title: the item's title (default: the file name).
@@ -82,14 +83,18 @@ def ocr_task(
         the text was not handed on, ``"text"``.
 
     Raises:
-        Reject: permanent failures of `extract_text` (``ENCRYPTED_PDF``,
-            ``CORRUPT_FILE``, ``UNSUPPORTED_TYPE``, ``MALFORMED_MAIL``,
-            ``FILE_TOO_LARGE``, ``OCR_UNAVAILABLE``): never retried.
+        Reject: permanent failures of `extract_text` (``PATH_NOT_ALLOWED``,
+            ``NOT_REGULAR_FILE``, ``ENCRYPTED_PDF``, ``CORRUPT_FILE``,
+            ``UNSUPPORTED_TYPE``, ``MALFORMED_MAIL``, ``FILE_TOO_LARGE``,
+            ``OCR_UNAVAILABLE``): never retried.
         OcrFailed, OSError: retried with backoff (a busy host, storage coming back).
     """
     owner = self.request.tenant if tenant is None else tenant
+    config = ocr_config(self.app)
+    extracted = extract_text(
+        path, password=password, languages=ocr_languages, roots=config.roots, limits=config.limits
+    )
     file = Path(path)
-    extracted = extract_text(file, password=password, languages=ocr_languages)
     item_key = key or str(path)
     info: dict[str, Any] = {
         "key": item_key,
@@ -106,7 +111,7 @@ def ocr_task(
             log.warning(
                 "task %r is not registered; the text of %s stays in job %s's result",
                 next_task,
-                file.name,
+                shown(file.name),
                 self.request.id,
             )
         info["text"] = extracted.text
@@ -147,7 +152,8 @@ def check_tesseract(languages: str = DEFAULT_LANGUAGES) -> str | None:
 
 @hookimpl
 def pgtasks_register_tasks(app: TaskRegistry) -> None:
-    """Register ``pgtasks.ocr`` (3 retries with backoff for OCR crashes and I/O errors)."""
+    """Register ``pgtasks.ocr``: 3 retries with backoff for OCR crashes and I/O errors,
+    and the time limit `OCR_TIME_LIMIT` (`pgtasks_ocr.configure` changes it)."""
     app.register_task(
         ocr_task,
         name=OCR_TASK,
@@ -156,6 +162,8 @@ def pgtasks_register_tasks(app: TaskRegistry) -> None:
         max_retries=3,
         retry_backoff=True,
         autoretry_for=(OcrFailed, OSError),
+        time_limit=OCR_TIME_LIMIT,
+        soft_time_limit=OCR_SOFT_TIME_LIMIT,
     )
 
 

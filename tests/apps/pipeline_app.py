@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pgtasks
+import pgtasks_ocr
 from pgtasks.result import AsyncResult
 from pgtasks.worker import Worker, WorkerConfig
 
@@ -27,8 +28,11 @@ QUEUES = ("ocr", "index")
 
 
 def make_app(dsn: str | None) -> pgtasks.App:
-    """An app with the built-in plugins from their entry points (auto-loading forced on)."""
-    return pgtasks.App("pipeline", dsn=dsn, load_entry_points=True)
+    """An app with the built-in plugins from their entry points (auto-loading forced on),
+    whose OCR task may read the corpus."""
+    application = pgtasks.App("pipeline", dsn=dsn, load_entry_points=True)
+    pgtasks_ocr.configure(application, roots=[CORPUS])
+    return application
 
 
 def enqueue_file(
