@@ -136,7 +136,7 @@ def _open_beneath(text: str, name: str, roots: Sequence[str | os.PathLike[str]])
     real = os.path.realpath(text)
     for root in roots:
         base = os.path.realpath(root)
-        if os.path.commonpath([base, real]) == base:
+        if _inside(real, base):
             break
     else:
         raise Reject(
@@ -166,6 +166,13 @@ def _open_beneath(text: str, name: str, roots: Sequence[str | os.PathLike[str]])
         raise
     finally:
         os.close(directory)
+
+
+def _inside(real: str, base: str) -> bool:
+    try:
+        return os.path.commonpath([base, real]) == base
+    except ValueError:  # different drives (Windows)
+        return False
 
 
 def _open_folder(folder: str, directory: int, name: str) -> int:
