@@ -333,3 +333,31 @@ def test_bulk_cancel_and_retry_ask_first(app: pgtasks.App, dsn: str, conn: psyco
     assert {s for _, s in _jobs(conn)} == {"queued"}
     one = run(dsn, "jobs", "cancel", ids[0])  # one id: no question
     assert one.exit_code == 0 and one.output == f"job {ids[0]}: cancelled\n"
+
+
+# -- a plugin's command -------------------------------------------------------------------
+
+
+def test_the_index_plugin_s_search_prints_hits_literally(dsn: str) -> None:
+    import pgtasks_index
+    import pgtasks_index.plugin
+
+    iapp = pgtasks.App("index", dsn=dsn, load_entry_points=False, plugins=[pgtasks_index.plugin])
+    try:
+        iapp.migrate()
+        pgtasks_index.upsert(
+            iapp,
+            tenant=f"acme{CLEAR}",
+            kind="document",
+            key=f"doc{MARKUP}{CLEAR}",
+            title=f"Report {RED} {BELL}{RTL}",
+            text=f"Revenue grew {LINK} {CLEAR} in the third quarter.",
+        )
+    finally:
+        iapp.close()
+    args = ["--plugin", "pgtasks_index.plugin", "search", "revenue", "--tenant", f"acme{CLEAR}"]
+    found = run(dsn, *args)
+    assert found.exit_code == 0, found.output
+    assert f"doc{MARKUP}\\x1b[2J" in found.output and f"Report {RED} \\x07\\u202e" in found.output
+    assert "acme\\x1b[2J" in found.output
+    assert_terminal_safe(found.output)
