@@ -7,19 +7,19 @@ before any page is rendered, a mail's size before it is parsed and its nesting w
 it is parsed. Exceeding a limit is a permanent failure (`pgtasks.errors.Reject`) whose
 message names the limit and its value.
 
-Memory one job holds at most, with these limits (docs/plugins.md, "OCR limits"):
+Memory one job holds at most, with these limits (docs/plugins.md, "Limits: what one
+job may cost"; the growth of a worker's peak RSS measured on CPython 3.11, Pillow 11,
+pypdfium2 4):
 
 - the file's bytes: ``max_file_bytes`` (100 MiB);
-- an image: one decoded frame and the gray copy sent to Tesseract, about 10 bytes
-  per pixel at worst (a 4-byte RGBA or CMYK frame with alpha to flatten and an EXIF
-  rotation; 3 bytes for the usual gray or black-and-white scan), so 400 MB at the
-  default ``max_image_pixels`` of 40 million; frames are decoded one at a time;
-- a PDF page rendered for OCR: about 3 bytes per pixel (PDFium's gray bitmap, its copy,
-  the PNG for Tesseract), so 120 MB at ``max_render_pixels`` = 40 million; pages are
-  rendered one at a time;
-- a mail or a text file: Python's parser holds the text a few times over (lines,
-  parts, decoded payloads): about 10 times ``max_mail_bytes`` / ``max_text_bytes``
-  (25 MiB each) at worst.
+- an image: one decoded frame and its gray copy for Tesseract, frames one at a time:
+  11 bytes per pixel for an RGBA frame (its alpha flattened onto white), 5 for RGB, 2
+  for gray or black-and-white, so at most 440 MB at the default ``max_image_pixels``
+  of 40 million (a 40-million-pixel RGBA PNG: 420 MB);
+- a PDF page rendered for OCR: 2 bytes per pixel (PDFium's gray bitmap and its copy;
+  80 MB at ``max_render_pixels`` = 40 million), plus the PNG sent to Tesseract;
+- a mail: about 8 times its bytes (Python's parser keeps lines, parts and decoded
+  payloads; a 25 MiB mail: 190 MB); a text file: about 6 times (140 MB at 25 MiB).
 
 Tesseract runs in its own process, one page at a time; its memory grows with the page
 too and is not counted here.
