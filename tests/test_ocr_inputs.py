@@ -601,3 +601,38 @@ def test_a_job_past_its_time_limit_fails_with_time_limit(dsn: str, tmp_path: Pat
 def test_bytes_are_not_files() -> None:
     # extract_mail of bytes never touches the file system, so no root applies.
     assert extract_mail(b"From: a@example.org\n\nbody\n", roots=[]).sender == "a@example.org"
+
+
+def test_the_mail_index_example_reads_only_inside_its_roots(dsn: str, tmp_path: Path) -> None:
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    if str(repo) not in sys.path:
+        sys.path.insert(0, str(repo))
+    from examples.mail_index.app import allow_folder, enqueue_mail, make_app
+
+    inbox, elsewhere = tmp_path / "inbox", tmp_path / "elsewhere"
+    inbox.mkdir()
+    elsewhere.mkdir()
+    message = b"From: carol@example.org\nTo: team@example.org\nSubject: Lunch\n\nLunch at noon?\n"
+    (inbox / "lunch.eml").write_bytes(message)
+    (elsewhere / "lunch.eml").write_bytes(message)
+    (inbox / "deep.eml").write_bytes(nested_multipart_mail(500))
+    app = make_app(dsn)
+    try:
+        app.migrate()
+        allow_folder(app, inbox)
+        jobs = {
+            "inside": enqueue_mail(app, "alice", inbox / "lunch.eml"),
+            "outside": enqueue_mail(app, "alice", elsewhere / "lunch.eml"),
+            "deep": enqueue_mail(app, "alice", inbox / "deep.eml"),
+        }
+        assert run_worker(app, timeout=60) == 0
+        outcome = {name: app.get_job(job_id) for name, job_id in jobs.items()}
+        assert outcome["inside"].status is JobStatus.SUCCEEDED, outcome["inside"].error
+        for name, code in (("outside", "PATH_NOT_ALLOWED"), ("deep", "MALFORMED_MAIL")):
+            job = outcome[name]
+            assert job.status is JobStatus.FAILED and job.error is not None, (name, job.status)
+            assert job.error["code"] == code and len(job.attempts) == 1, job.error
+    finally:
+        app.close()
