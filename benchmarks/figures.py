@@ -7,11 +7,12 @@ number taken from a run's result (e.g. bulk jobs/s from ``throughput``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.sizes import Sizes
+from benchmarks.sizes import BULK_CALL, MIXED_LOCK_KEYS, MIXED_TENANTS, PRODUCER_THREADS, Sizes
 
 # Deadlines (s): a base for start-up, the fill at no less than FILL_FLOOR jobs/s, then
 # processing at no less than FLOOR_RATE jobs/s but never longer than Sizes.process_cap,
@@ -26,15 +27,50 @@ def _processing(s: Sizes, jobs: int) -> float:
     return min(jobs / FLOOR_RATE, s.process_cap)
 
 
+class MissingInput(Exception):
+    """A run's arguments depend on an earlier figure that produced no number."""
+
+
+# What a run's ``derive`` reads: the results of the runs before it in the same system's
+# repetition, by run key (only the runs that succeeded).
+Earlier = Mapping[str, dict[str, Any]]
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
-    """One driver op per repetition: ``args`` and ``deadline`` (s) come from the sizes."""
+    """One driver op per repetition: ``args`` and ``deadline`` (s) come from the sizes.
+
+    ``derive``, when set, adds arguments taken from the results of earlier runs of the
+    same system and repetition (`Earlier`); it raises `MissingInput` when a result it
+    needs is missing, and the run is then n/a with that reason.
+    """
 
     key: str
     op: str
     args: Callable[[Sizes], dict[str, Any]]
     deadline: Callable[[Sizes], float]
     table_size: bool = False  # measure the system's tables after the op
+    derive: Callable[[Earlier], dict[str, Any]] | None = None
+
+
+# The latency under load runs at this fraction of the system's processing throughput.
+LOAD_FRACTION = 0.5
+
+
+def load_rate(earlier: Earlier) -> dict[str, Any]:
+    """``{"rate": LOAD_FRACTION x the processing figure's jobs/s}`` of this repetition.
+
+    The processing figure (run ``throughput``: no ANALYZE after the fill) measured the
+    system's maximum in the same repetition, shortly before. A partial figure (cut at
+    the processing cap) still gives the rate it reached.
+
+    Raises:
+        MissingInput: that figure failed or produced no rate.
+    """
+    rate = earlier.get("throughput", {}).get("process_jobs_per_s")
+    if not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
+        raise MissingInput("no processing throughput in this repetition to take half of")
+    return {"rate": LOAD_FRACTION * float(rate)}
 
 
 RUNS: tuple[Run, ...] = (
@@ -43,6 +79,18 @@ RUNS: tuple[Run, ...] = (
         "enqueue_one",
         lambda s: {"n": s.enqueue_one},
         lambda s: BASE_DEADLINE + s.enqueue_one / FLOOR_RATE,
+    ),
+    Run(
+        "producers",
+        "producers",
+        lambda s: {"threads": list(PRODUCER_THREADS), "jobs": s.producer_jobs},
+        lambda s: BASE_DEADLINE + len(PRODUCER_THREADS) * s.producer_jobs / FLOOR_RATE,
+    ),
+    Run(
+        "bulk_chunked",
+        "bulk_chunked",
+        lambda s: {"n": s.bulk, "chunk": BULK_CALL},
+        lambda s: BASE_DEADLINE + s.bulk / FILL_FLOOR,
     ),
     # Processing with the planner statistics in each state (benchmarks.systems.ops.STATISTICS):
     # none after the fill (the figure users meet, and the bulk-enqueue and memory figures),
@@ -66,10 +114,29 @@ RUNS: tuple[Run, ...] = (
         lambda s: BASE_DEADLINE + s.bulk / FILL_FLOOR + _processing(s, s.bulk),
     ),
     Run(
+        "mixed",
+        "mixed",
+        lambda s: {
+            "n": s.mixed,
+            "tenants": MIXED_TENANTS,
+            "lock_keys": MIXED_LOCK_KEYS,
+            "cap": s.process_cap,
+        },
+        lambda s: BASE_DEADLINE + s.mixed / FILL_FLOOR + _processing(s, s.mixed),
+    ),
+    Run(
         "latency",
         "latency",
         lambda s: {"rate": s.latency_rate, "seconds": s.latency_seconds},
         lambda s: BASE_DEADLINE + 2 * s.latency_seconds,
+    ),
+    # After "throughput", whose rate it takes half of (load_rate).
+    Run(
+        "latency_load",
+        "latency_load",
+        lambda s: {"seconds": s.latency_seconds},
+        lambda s: BASE_DEADLINE + 2 * s.latency_seconds + s.process_cap,
+        derive=load_rate,
     ),
     Run(
         "fairness",
@@ -112,6 +179,10 @@ class Metric:
     capped: bool = False  # the processing cap can cut this number short (partial)
     reference_for: str = ""  # a further raw-SQL reference for the metric of this key
     statistics_of: str = ""  # the metric of this key measured with other planner statistics
+    # The metric whose raw median is this one's "vs raw" (default: this one's own).
+    over_reference: str = ""
+    # Further result fields whose medians per system are listed under the table: (field, label).
+    details: tuple[tuple[str, str], ...] = ()
 
 
 # What benchmarks.report.summarize makes of a run, per metric key and system: the median,
@@ -135,6 +206,17 @@ METRICS: tuple[Metric, ...] = (
             "bulk_insert_jobs_per_s", "jobs/s", reference_for="enqueue_bulk",
             description="the raw-SQL reference's bulk enqueue as multi-row INSERT statements (1,000 "
             "rows each, one transaction) instead of COPY, timed on the same jobs just before its COPY"),
+    _metric("enqueue_bulk_call", "Bulk enqueue in calls of 1,000", "bulk_chunked", "jobs_per_s", "jobs/s",
+            description=f"{BULK_CALL:,} jobs per call of the system's bulk API, each call its own commit; "
+            f"raw: one multi-row INSERT of {BULK_CALL:,} rows per statement, autocommit"),
+    *(
+        _metric(f"producers_{n}", f"Enqueue from {n} concurrent producer{'s' if n > 1 else ''}",
+                "producers", f"jobs_per_s_{n}", "jobs/s",
+                description="one-call enqueue (pgtasks: `delay()`), one job and one commit per call, from "
+                f"{n} thread(s) at once, each on its own pooled connection; raw: its single-row INSERT"
+                if n == PRODUCER_THREADS[0] else "")
+        for n in PRODUCER_THREADS
+    ),
     _metric("process", "Processing throughput", "throughput", "process_jobs_per_s", "jobs/s", capped=True,
             description="pre-filled queue of no-op jobs, first to last completion; no ANALYZE after the "
             "fill (a queue table freshly deployed, as users meet it)"),
@@ -145,10 +227,28 @@ METRICS: tuple[Metric, ...] = (
     _metric("process_analyzed", "Processing throughput, analyzed after the fill", "throughput_analyzed",
             "process_jobs_per_s", "jobs/s", capped=True, statistics_of="process",
             description="the same, with ANALYZE run after the fill (statistics that describe the backlog)"),
+    _metric("process_mixed", "Processing mixed work", "mixed", "process_jobs_per_s", "jobs/s", capped=True,
+            over_reference="process",
+            description=f"a pre-filled queue of {MIXED_TENANTS} tenants' no-op jobs, one in ten failing its "
+            f"first attempt and retried at once, one in ten holding one of {MIXED_LOCK_KEYS} lock keys; "
+            "first to last completion, no ANALYZE after the fill; the figure checks that every job ended "
+            "succeeded and that exactly the failing ones were retried. `vs raw` is over raw's plain "
+            "processing (the figure above) of the same run: the peers have no tenants",
+            details=(("fail_once_jobs", "jobs failing once"),
+                     ("recorded_retried", "retried jobs (system's record)"),
+                     ("failed_attempts", "failed attempts (tasks' tally)"),
+                     ("lock_jobs", "lock-key jobs"), ("jobs_done", "jobs done"))),
     _metric("latency_p50", "Latency p50", "latency", "p50_ms", "ms",
             description="enqueue call -> task start at a steady rate"),
     _metric("latency_p95", "Latency p95", "latency", "p95_ms", "ms"),
     _metric("latency_p99", "Latency p99", "latency", "p99_ms", "ms"),
+    _metric("latency_load_p50", "Latency p50 at half the maximum throughput", "latency_load", "p50_ms", "ms",
+            description=f"enqueue call -> task start while the producer enqueues at {LOAD_FRACTION:g} x the "
+            "system's processing throughput of the same repetition (the figure above, no ANALYZE), one bulk "
+            "call per 10 ms (rate x 0.01 jobs each), every job a probe; n/a when that figure has no number",
+            details=(("rate", "rate asked (jobs/s)"), ("achieved_rate", "rate reached (jobs/s)"),
+                     ("batch", "jobs per call"))),
+    _metric("latency_load_p99", "Latency p99 at half the maximum throughput", "latency_load", "p99_ms", "ms"),
     _metric("fairness", "Fairness: tenant B behind tenant A's backlog", "fairness", "seconds", "s",
             capped=True, description="from B's first enqueue to B's last job finished"),
     _metric("deep_small", "Deep queue: throughput, shallow table", "deep_small", "process_jobs_per_s",
@@ -170,4 +270,28 @@ METRICS: tuple[Metric, ...] = (
             "system works off the same 10,000 jobs; in the processing run a slow system reaches the time "
             "limit after a fraction of the jobs, and a worker's peak grows with the jobs it has worked off "
             "before it levels"),
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A target for pgtasks' figure ``metric``: at least ``at_least`` x the raw
+    reference's median of ``over`` (a ratio), or at most ``at_most`` (in the metric's
+    unit). The report says met or missed from the run's own medians."""
+
+    title: str
+    metric: str
+    over: str = ""
+    at_least: float | None = None
+    at_most: float | None = None
+
+
+# The claim-path targets (the report's "Claim-path targets" table).
+TARGETS: tuple[Target, ...] = (
+    Target("mixed work ≥ 0.6 x raw's plain processing", "process_mixed", over="process", at_least=0.6),
+    Target("enqueue from 16 producers ≥ 0.8 x raw's", "producers_16", over="producers_16", at_least=0.8),
+    Target("latency p99 at 50 jobs/s ≤ 10 ms", "latency_p99", at_most=10.0),
+    Target("latency p99 at half the maximum throughput ≤ 10 ms", "latency_load_p99", at_most=10.0),
+    Target("bulk in calls of 1,000 ≥ 1.0 x raw's multi-row INSERT", "enqueue_bulk_call",
+           over="enqueue_bulk_call", at_least=1.0),
 )  # fmt: skip

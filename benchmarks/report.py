@@ -3,8 +3,9 @@
 Each metric gets a table: per system the median over repetitions, min-max, how many
 repetitions produced a number, and the ratio of the median to the raw-SQL
 reference's. When pgtasks is present, a further table gives its median over each
-peer's and over raw's. Bar charts of the throughput and latency figures
-(`benchmarks.plots`) go beside the report as PNG files, linked from it.
+peer's and over raw's, and another whether each claim-path target (`TARGETS`) was
+met. Bar charts of the throughput and latency figures (`benchmarks.plots`) go beside
+the report as PNG files, linked from it.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from benchmarks.figures import METRICS, RUNS, Metric, Summary
+from benchmarks.figures import METRICS, RUNS, TARGETS, Metric, Summary, Target
 from benchmarks.plots import write_plots
 from benchmarks.registry import REFERENCE, SUBJECT
+from benchmarks.sizes import BULK_CALL, MIXED_LOCK_KEYS, MIXED_TENANTS, PRODUCER_THREADS
 
 
 def metric_values(results: dict[str, Any], system: str, metric: Metric) -> list[float]:
@@ -29,6 +31,13 @@ def metric_values(results: dict[str, Any], system: str, metric: Metric) -> list[
         if isinstance(value, (int, float)) and math.isfinite(value):
             values.append(float(value) * metric.scale)
     return values
+
+
+def _field_median(results: dict[str, Any], system: str, run_key: str, field: str) -> float | None:
+    """Median of a result field over the repetitions of ``run_key`` that produced one."""
+    metric = Metric(key=field, title="", run=run_key, field=field, unit="", higher_is_better=True)
+    values = metric_values(results, system, metric)
+    return statistics.median(values) if values else None
 
 
 def summarize(results: dict[str, Any]) -> Summary:
@@ -123,6 +132,7 @@ def render_markdown(
     lines += _statistics_section(summary, systems)
     if SUBJECT in systems:
         lines += _subject_section(summary, systems)
+        lines += _targets_section(summary)
     if plots:
         lines += [
             "## Plots",
@@ -169,7 +179,7 @@ def _metric_table(
     if metric.description:
         lines += [metric.description[0].upper() + metric.description[1:] + ".", ""]
     lines += [f"| system | median {metric.unit} | min-max | runs | vs raw |", "|---|---|---|---|---|"]
-    reference = summary[metric.key].get(REFERENCE, {}).get("median")
+    reference = summary[metric.over_reference or metric.key].get(REFERENCE, {}).get("median")
     for system in systems:
         row = summary[metric.key][system]
         if metric.reference_for and not row["n"]:
@@ -183,6 +193,12 @@ def _metric_table(
     if metric.reference_for and SUBJECT in systems:
         compared, ratio = _subject_over_reference(summary, metric)
         lines += ["", f"{SUBJECT}'s {compared.title.lower()} median over this reference's: {ratio}."]
+    details = [
+        f"{label}: " + ", ".join(f"{s} {_fmt(_field_median(results, s, metric.run, field))}" for s in systems)
+        for field, label in metric.details
+    ]
+    if details:
+        lines += ["", "Medians: " + "; ".join(details) + "."]
     notes = [f"{s}: {e}" for s in systems for e in _errors(results, s, metric.run)]
     notes += [f"{s}: keeps its jobs outside PostgreSQL" for s in systems
               if metric.field == "table_bytes" and not _has_tables(results, s)]  # fmt: skip
@@ -249,9 +265,50 @@ def _subject_section(summary: Summary, systems: list[str]) -> list[str]:
             title = f"{compared.title} over raw's multi-row INSERT"
         else:
             mine = summary[metric.key][SUBJECT]["median"]
-            cells = [_ratio(mine, summary[metric.key][s]["median"]) for s in others]
+            cells = [_ratio(mine, _other_median(summary, metric, s)) for s in others]
             title = metric.title
         lines.append(f"| {title} ({metric.unit}) | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _other_median(summary: Summary, metric: Metric, system: str) -> float | int | None:
+    """``system``'s median to compare pgtasks' ``metric`` with: raw's of
+    ``metric.over_reference`` where the metric has one, else the system's own."""
+    key = metric.over_reference if metric.over_reference and system == REFERENCE else metric.key
+    return summary[key].get(system, {}).get("median")
+
+
+def target_outcome(summary: Summary, target: Target) -> tuple[str, str]:
+    """(what pgtasks measured against the target, "met" / "missed" / "n/a") from the medians."""
+    metric = next(m for m in METRICS if m.key == target.metric)
+    mine = summary.get(target.metric, {}).get(SUBJECT, {}).get("median")
+    if mine is None:
+        return "no number", "n/a"
+    shown = f"{_fmt(mine)} {metric.unit}"
+    if target.over:
+        reference = summary.get(target.over, {}).get(REFERENCE, {}).get("median")
+        if reference is None or target.at_least is None or not reference:
+            return f"{shown}, no raw reference", "n/a"
+        ratio = float(mine) / float(reference)
+        shown += f" over raw's {_fmt(reference)}: {_ratio(mine, reference)}"
+        return shown, "met" if ratio >= target.at_least else "missed"
+    assert target.at_most is not None
+    return shown, "met" if float(mine) <= target.at_most else "missed"
+
+
+def _targets_section(summary: Summary) -> list[str]:
+    lines = [
+        "## Claim-path targets",
+        "",
+        f"{SUBJECT}'s medians of this run against the claim path's targets; a ratio is over the raw "
+        "reference's median of the same run.",
+        "",
+        "| target | this run | met? |",
+        "|---|---|---|",
+    ]
+    for target in TARGETS:
+        shown, verdict = target_outcome(summary, target)
+        lines.append(f"| {target.title} | {shown} | {verdict} |")
     return [*lines, ""]
 
 
@@ -282,6 +339,10 @@ def _sizes_section(results: dict[str, Any]) -> list[str]:
         f"- fairness: tenant A backlog {sizes['fairness_backlog']:,}, tenant B {sizes['fairness_b']} jobs",
         f"- deep queue: first {sizes['deep_jobs']:,} jobs processed with {sizes['deep_small']:,} vs "
         f"{sizes['deep_large']:,} due jobs queued",
+        f"- mixed work: {sizes.get('mixed', 0):,} jobs over {MIXED_TENANTS} tenants, {MIXED_LOCK_KEYS} lock "
+        f"keys; enqueue from {', '.join(str(n) for n in PRODUCER_THREADS)} producer threads: "
+        f"{sizes.get('producer_jobs', 0):,} jobs each; bulk in calls of {BULK_CALL:,}: "
+        f"{sizes['bulk']:,} jobs",
         "- figures run per repetition: " + ", ".join(r.key for r in RUNS),
         "",
     ]

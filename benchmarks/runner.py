@@ -24,7 +24,7 @@ from benchmarks.environments import (
     interpreter_for,
     redis_version,
 )
-from benchmarks.figures import BASE_DEADLINE, RUNS
+from benchmarks.figures import BASE_DEADLINE, RUNS, MissingInput
 from benchmarks.invoke import run_op
 from benchmarks.machine import machine_info
 from benchmarks.registry import Adapter, load
@@ -109,12 +109,21 @@ def _run_system_rep(config: RunConfig, name: str, system: _Active, rep: int, ent
         setup_error = "" if setup.ok else f"setup failed: {setup.error}"
     if setup_error:
         _log(f"rep {rep} {name}: every figure n/a ({setup_error[:300]})")
+    earlier: dict[str, dict[str, Any]] = {}  # this repetition's results so far, by run key
     try:
         for run in RUNS:
             record: dict[str, Any] = {"rep": rep, "ok": False, "result": {}, "error": setup_error}
             entry["runs"].setdefault(run.key, []).append(record)
             if setup_error:
                 continue
+            args = run.args(config.sizes)
+            if run.derive is not None:
+                try:
+                    args.update(run.derive(earlier))
+                except MissingInput as exc:
+                    record["error"] = str(exc)
+                    _log(f"rep {rep} {name} {run.key}: n/a ({exc})")
+                    continue
             database = f"{template}_{run.key}"
             deadline = run.deadline(config.sizes)
             try:
@@ -126,9 +135,11 @@ def _run_system_rep(config: RunConfig, name: str, system: _Active, rep: int, ent
                     dsn=dsn,
                     redis_url=config.redis_url,
                     deadline=deadline,
-                    args=run.args(config.sizes),
+                    args=args,
                 )
                 record.update(ok=outcome.ok, result=outcome.result, error=outcome.error)
+                if outcome.ok:
+                    earlier[run.key] = outcome.result
                 if outcome.ok and run.table_size and system.adapter.spec.has_tables:
                     record["result"]["table_bytes"] = pg.user_tables_bytes(dsn)
                 state = "ok" if outcome.ok else f"n/a ({outcome.error[:200]})"

@@ -5,6 +5,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+# The claim-path figures' fixed shapes (not scaled by --n): producer threads of the
+# concurrent-enqueue figure; tenants and distinct lock keys of the mixed-work figure;
+# jobs per call of the bulk figure in calls of 1,000.
+PRODUCER_THREADS = (1, 4, 16, 64)
+MIXED_TENANTS = 150
+MIXED_LOCK_KEYS = 5
+BULK_CALL = 1000
+
 
 @dataclass(frozen=True, slots=True)
 class Sizes:
@@ -15,8 +23,10 @@ class Sizes:
     and ``latency_seconds``: the probe rate and how long it lasts. ``fairness_backlog``:
     tenant A's backlog; ``fairness_b``: tenant B's jobs. ``deep_small`` / ``deep_large``:
     due jobs in the queue; ``deep_jobs``: how many of them are processed and timed.
-    ``process_cap``: seconds of processing after which a throughput, fairness or
-    deep-queue figure is cut short and reported as partial.
+    ``process_cap``: seconds of processing after which a throughput, fairness,
+    deep-queue or mixed-work figure is cut short and reported as partial. ``mixed``:
+    jobs of the mixed-work figure; ``producer_jobs``: jobs enqueued per producer
+    thread count (never fewer than the largest count, `PRODUCER_THREADS`).
     """
 
     enqueue_one: int
@@ -29,6 +39,8 @@ class Sizes:
     deep_large: int
     deep_jobs: int
     process_cap: float
+    mixed: int
+    producer_jobs: int
 
     def scaled(self, n: int) -> Sizes:
         """These sizes with ``enqueue_one`` set to ``n`` and every other count scaled alike.
@@ -53,6 +65,8 @@ class Sizes:
             deep_small=count(self.deep_small),
             deep_large=count(self.deep_large),
             deep_jobs=count(self.deep_jobs),
+            mixed=count(self.mixed),
+            producer_jobs=max(*PRODUCER_THREADS, count(self.producer_jobs)),
         )
 
 
@@ -67,6 +81,8 @@ QUICK = Sizes(
     deep_large=100_000,
     deep_jobs=10_000,
     process_cap=60.0,
+    mixed=20_000,
+    producer_jobs=2_000,
 )
 
 # Processing is capped at 60 s per figure (partial results beyond), which keeps a full
@@ -83,4 +99,6 @@ FULL = Sizes(
     deep_large=1_000_000,
     deep_jobs=10_000,
     process_cap=60.0,
+    mixed=200_000,
+    producer_jobs=10_000,
 )

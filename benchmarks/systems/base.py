@@ -4,8 +4,10 @@ A *driver* is a module under ``benchmarks/systems/`` named ``<name>_system.py`` 
 subclasses :class:`Driver` and ends with ``main(<Driver>)`` (`benchmarks.systems.entry`).
 A system implements the primitives of :class:`Driver` (``migrate``, ``enqueue_one``,
 ``enqueue_bulk``, ``worker_commands``, ``pending``; optionally ``fill``, ``reset``,
-``serve_worker``, ``close``) and the figures (`benchmarks.systems.ops`) are measured
-the same way for all of them.
+``serve_worker``, ``close``, and the claim-path primitives ``enqueue_chunk``,
+``producers``, ``enqueue_mixed`` and ``mixed_outcome``) and the figures
+(`benchmarks.systems.ops`) are measured the same way for all of them. A figure whose
+primitive a system lacks is n/a for it, with the reason (`Unsupported`).
 
 Driver-side modules run inside every system's virtual environment, so they import
 nothing but the standard library.
@@ -19,8 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from benchmarks.systems.clock import Unsupported
 from benchmarks.systems.fleet import WorkerFleet
 from benchmarks.systems.records import NOOP, RECORD_DIR_ENV, Job
+
+# One job of the mixed-work figure: (kind, tenant, lock key or None); the kind is
+# NOOP or FAIL_ONCE (`benchmarks.systems.records`).
+MixedJob = tuple[str, str, str | None]
 
 # What a worker process inherits from its driver besides ``BENCH_RECORD_DIR``.
 DSN_ENV = "BENCH_DSN"
@@ -52,6 +59,23 @@ class SystemSpec:
     notes: str = ""
     has_tables: bool = True
     project_dependencies: bool = False
+
+
+class Producers:
+    """One-call enqueue from many threads at once: what `Driver.producers` opens.
+
+    `call` enqueues one no-op job with the system's single-job API, one call and one
+    commit, on the connection of thread ``index`` (0-based, below the thread count
+    the producers were opened for); different indexes may call at the same time.
+    `close` releases the connections.
+    """
+
+    def call(self, index: int) -> None:
+        """Enqueue one job from thread ``index``."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the connections (no call may run any more)."""
 
 
 @dataclass(slots=True)
@@ -114,6 +138,43 @@ class Driver:
         beside its COPY); systems keep the default, none.
         """
         return {}
+
+    def enqueue_chunk(self, jobs: Sequence[Job]) -> None:
+        """Enqueue ``jobs`` (at most 1,000 here) with one call of the bulk API, one commit.
+
+        The bulk figure in calls of 1,000 calls it once per chunk. The default is one
+        `enqueue_bulk` call (every system's bulk chunk is larger than 1,000); the raw
+        reference overrides it with its multi-row ``INSERT``.
+        """
+        self.enqueue_bulk(jobs)
+
+    def producers(self, threads: int) -> Producers:
+        """`Producers` for ``threads`` threads, each with its own pooled connection.
+
+        Raises:
+            Unsupported: the system does not run the concurrent-enqueue figure.
+        """
+        raise Unsupported(f"{self.spec.name} does not run the concurrent-enqueue figure")
+
+    def enqueue_mixed(self, jobs: Sequence[MixedJob]) -> None:
+        """Enqueue the mixed-work figure's ``jobs``: each in its tenant, with its lock key.
+
+        A job of kind ``FAIL_ONCE`` must fail its first attempt (calling
+        ``record_failed_attempt()`` first) and be retried with no delay; every job's
+        successful attempt calls ``run_task(k, t)``.
+
+        Raises:
+            Unsupported: the system lacks tenants, lock keys or retries.
+        """
+        raise Unsupported(f"{self.spec.name} has no tenants, lock keys and retries to run mixed work with")
+
+    def mixed_outcome(self) -> dict[str, int]:
+        """After the mixed-work figure, the system's own record of its jobs.
+
+        ``{"succeeded": jobs that ended succeeded, "other": jobs in any other state,
+        "retried": jobs that took more than one attempt}``.
+        """
+        raise Unsupported(f"{self.spec.name} does not run the mixed-work figure")
 
     def fill(self, n: int, tenant: str | None = None) -> None:
         """Put ``n`` due no-op jobs in the queue by the fastest documented way."""

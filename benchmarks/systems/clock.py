@@ -19,3 +19,7 @@ class Clock:
     def check(self, what: str) -> None:
         if time.monotonic() > self.end:
             raise BenchmarkError(f"timeout after {self.deadline:.0f} s while {what}")
+
+
+class Unsupported(BenchmarkError):
+    """A system has no way to run a figure as specified (the report shows it as n/a, with why)."""

@@ -9,6 +9,13 @@ with one ``UPDATE ... WHERE id = ANY(%s)``. Two worker processes (2 cores); an i
 worker polls every 10 ms. Finished rows are kept (status ``done``), so the deep-queue
 sizes show the table a system that keeps history would have.
 
+Claim-path references: bulk in calls of 1,000 is one multi-row ``INSERT`` of 1,000
+rows per statement into ``bench_jobs``, each statement its own commit (autocommit);
+concurrent enqueue is the single-row ``INSERT`` from each thread on a psycopg
+connection of its own (as a pool sized to the threads would hand out). The mixed-work
+figure is not run here: pgtasks' mixed work is compared with this reference's plain
+processing figure of the same repetition.
+
 Runs in its own virtual environment holding psycopg.
 """
 
@@ -20,7 +27,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.systems.base import Driver, Params, SystemSpec
+from benchmarks.systems.base import Driver, Params, Producers, SystemSpec
+from benchmarks.systems.clock import Unsupported
 from benchmarks.systems.entry import main
 from benchmarks.systems.records import Job, committed_count, record_committed, run_task
 
@@ -46,6 +54,7 @@ SCRATCH_CREATE = "CREATE TABLE bench_jobs_insert (LIKE bench_jobs INCLUDING ALL)
 SCRATCH_DROP = "DROP TABLE bench_jobs_insert"
 INSERT_MANY_ROWS = 1000
 INSERT_MANY = "INSERT INTO bench_jobs_insert (args) VALUES "
+INSERT_CHUNK = "INSERT INTO bench_jobs (args) VALUES "
 CLAIM = """
 WITH c AS (
     SELECT id FROM bench_jobs WHERE status = 'queued' ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED
@@ -54,6 +63,31 @@ UPDATE bench_jobs j SET status = 'running' FROM c WHERE j.id = c.id RETURNING j.
 """
 COMPLETE = "UPDATE bench_jobs SET status = 'done' WHERE id = ANY(%s) AND status = 'running'"
 PENDING = "SELECT count(*) FROM bench_jobs WHERE status IN ('queued', 'running')"
+
+
+def _multi_row_insert(conn: Any, statement: str, jobs: Sequence[Job]) -> None:
+    """One ``statement || (%s::jsonb), ...`` of ``jobs``; the rows travel as parameters."""
+    values = ", ".join(["(%s::jsonb)"] * len(jobs))
+    conn.execute(
+        statement + values, [json.dumps({"k": kind, "t": enqueued_at}) for kind, enqueued_at in jobs]
+    )
+
+
+class RawProducers(Producers):
+    """The single-row ``INSERT`` from each thread on a psycopg connection of its own."""
+
+    def __init__(self, dsn: str, threads: int) -> None:
+        import psycopg
+
+        self.conns = [psycopg.connect(dsn, autocommit=True) for _ in range(threads)]
+        self.args = json.dumps({"k": "n", "t": 0.0})
+
+    def call(self, index: int) -> None:
+        self.conns[index].execute(INSERT, (self.args,))
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.close()
 
 
 class RawDriver(Driver):
@@ -92,15 +126,20 @@ class RawDriver(Driver):
         start = time.perf_counter()
         with self.conn.transaction():
             for first in range(0, len(jobs), INSERT_MANY_ROWS):
-                chunk = jobs[first : first + INSERT_MANY_ROWS]
-                values = ", ".join(["(%s::jsonb)"] * len(chunk))
-                self.conn.execute(
-                    INSERT_MANY + values,  # placeholders only: the rows travel as parameters
-                    [json.dumps({"k": kind, "t": enqueued_at}) for kind, enqueued_at in chunk],
-                )
+                _multi_row_insert(self.conn, INSERT_MANY, jobs[first : first + INSERT_MANY_ROWS])
         seconds = time.perf_counter() - start
         self.conn.execute(SCRATCH_DROP)
         return {"bulk_insert_jobs_per_s": len(jobs) / seconds}
+
+    def enqueue_chunk(self, jobs: Sequence[Job]) -> None:
+        """One multi-row ``INSERT`` of ``jobs`` into the queue, its own commit (autocommit)."""
+        _multi_row_insert(self.conn, INSERT_CHUNK, jobs)
+
+    def producers(self, threads: int) -> Producers:
+        return RawProducers(self.params.dsn, threads)
+
+    def enqueue_mixed(self, jobs: Sequence[Any]) -> None:
+        raise Unsupported("the reference runs plain processing; pgtasks' mixed work is compared with that")
 
     def worker_commands(self) -> list[list[str]]:
         command = [sys.executable, "-m", "benchmarks.systems.raw_system", "worker"]

@@ -25,6 +25,7 @@ NOOP = "n"  # a no-op job of a throughput, fairness or deep-queue backlog
 WARMUP = "w"  # a job that proves the workers are up before a latency run
 LATENCY = "l"  # a latency probe: the task records when it started
 TENANT_B = "b"  # one of tenant B's jobs in the fairness figure: the task records its end
+FAIL_ONCE = "f"  # a job of the mixed-work figure whose first attempt fails (then retried)
 
 TENANT_A = "a"
 TENANT_B_NAME = "b"
@@ -50,6 +51,7 @@ class _Recorder:
         self.progress_fd = -1
         self.records_fd = -1
         self.committed_fd = -1
+        self.retried_fd = -1
 
     def _open(self) -> bool:
         directory = os.environ.get(RECORD_DIR_ENV)
@@ -61,6 +63,7 @@ class _Recorder:
             self.progress_fd = os.open(os.path.join(directory, f"progress-{pid}"), flags, 0o644)
             self.records_fd = os.open(os.path.join(directory, f"records-{pid}"), flags, 0o644)
             self.committed_fd = os.open(os.path.join(directory, f"committed-{pid}"), flags, 0o644)
+            self.retried_fd = os.open(os.path.join(directory, f"retried-{pid}"), flags, 0o644)
             self.pid = pid
         return True
 
@@ -76,6 +79,10 @@ class _Recorder:
         if jobs > 0 and self._open():
             os.write(self.committed_fd, b"." * jobs)
 
+    def failed_attempt(self) -> None:
+        if self._open():
+            os.write(self.retried_fd, b".")
+
 
 _RECORDER = _Recorder()
 
@@ -89,6 +96,15 @@ def run_task(kind: str, enqueued_at: float) -> None:
     """
     started = time.time()
     _RECORDER.finish(kind, enqueued_at, started, time.time())
+
+
+def record_failed_attempt() -> None:
+    """Tally one attempt that fails on purpose (a `FAIL_ONCE` job's first), before it raises.
+
+    The mixed-work figure compares this tally with the retries the system recorded.
+    Writes nothing when ``BENCH_RECORD_DIR`` is unset.
+    """
+    _RECORDER.failed_attempt()
 
 
 def record_committed(jobs: int) -> None:
@@ -127,6 +143,11 @@ def progress_count(directory: Path, prefix: str = "progress-") -> int:
 def committed_count(directory: Path) -> int:
     """Jobs tallied by :func:`record_committed`, summed over all worker processes."""
     return progress_count(directory, "committed-")
+
+
+def failed_attempt_count(directory: Path) -> int:
+    """Attempts tallied by :func:`record_failed_attempt`, summed over all worker processes."""
+    return progress_count(directory, "retried-")
 
 
 def read_records(directory: Path) -> list[Record]:

@@ -1,0 +1,100 @@
+"""What each ingredient of the mixed-work figure costs pgtasks' processing.
+
+``python -m benchmarks.mixed [--jobs 20000] [--reps 3] [--dsn ADMIN_DSN]``
+
+The mixed-work figure (`benchmarks.systems.ops.figure_mixed`) spreads its jobs over
+150 tenants, fails one in ten once (retried with no delay) and gives another one in
+ten one of 5 lock keys. This probe drains the same backlog four ways, each in a fresh
+database, interleaved per repetition: ``plain`` (150 tenants only), ``retries``
+(plus the failing jobs), ``locks`` (plus the lock keys) and ``mixed`` (both: the
+figure). Each drain is the figure's own op, with its checks (every job succeeded,
+exactly the failing jobs retried) and the processing figure's worker fleet and
+timing. Prints per variant the median jobs/s and its ratio to ``plain``. It writes
+no report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from benchmarks import pg
+from benchmarks.environments import compile_project
+from benchmarks.probe import add_common_options, interleaved
+from benchmarks.sizes import MIXED_LOCK_KEYS, MIXED_TENANTS
+from benchmarks.systems.base import Params
+from benchmarks.systems.clock import Clock
+from benchmarks.systems.ops import figure_mixed
+from benchmarks.systems.pgtasks_system import PgtasksDriver
+
+# Variant: (retries, lock keys), in the order they run.
+VARIANTS = {"plain": (False, False), "retries": (True, False), "locks": (False, True), "mixed": (True, True)}
+JOBS = 20_000
+DEADLINE_SECONDS = 600.0
+CAP_SECONDS = 120.0
+
+
+def measure(admin_dsn: str, variant: str, jobs: int, rep: int) -> float:
+    """One drain of ``jobs`` jobs of ``variant`` (a key of `VARIANTS`); returns jobs/s.
+
+    Raises:
+        RuntimeError: the drain was cut at `CAP_SECONDS` or timed nothing.
+        benchmarks.systems.clock.BenchmarkError: the work did not happen as specified.
+    """
+    retries, locks = VARIANTS[variant]
+    name = f"bench_mixed_{variant}_{os.getpid()}_{rep}"
+    dsn = pg.create_database(admin_dsn, name)
+    try:
+        with tempfile.TemporaryDirectory() as workdir:
+            driver = PgtasksDriver(Params(dsn=dsn, workdir=Path(workdir), deadline=DEADLINE_SECONDS))
+            try:
+                driver.migrate()
+                result = figure_mixed(
+                    driver, Clock(DEADLINE_SECONDS), jobs, tenants=MIXED_TENANTS, lock_keys=MIXED_LOCK_KEYS,
+                    cap=CAP_SECONDS, retries=retries, locks=locks,
+                )  # fmt: skip
+            finally:
+                driver.close()
+    finally:
+        pg.drop_database(admin_dsn, name)
+    rate = float(result["process_jobs_per_s"])
+    if result["partial"] or math.isnan(rate):
+        raise RuntimeError(f"{result['jobs_done']} of {jobs} jobs timed, too few or too late")
+    return rate
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse arguments, measure, print one line per variant; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.mixed", description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=JOBS, help="jobs per drain (default %(default)s)")
+    add_common_options(parser)
+    args = parser.parse_args(argv)
+    if args.reps < 1:
+        parser.error(f"--reps must be >= 1, got {args.reps}")
+    if args.jobs < MIXED_TENANTS:
+        parser.error(f"--jobs must be at least the tenant count ({MIXED_TENANTS}), got {args.jobs}")
+    compile_project()
+    names = list(VARIANTS)
+    results = interleaved(
+        range(len(names)), args.reps, lambda index, rep: measure(args.dsn, names[index], args.jobs, rep)
+    )
+    medians = {names[i]: statistics.median(v) for i, v in results.items()}
+    print(
+        f"{args.jobs:,} jobs, {MIXED_TENANTS} tenants, 2 worker processes, {args.reps} repetitions, medians"
+    )
+    for index, runs in results.items():
+        name = names[index]
+        spread = f"{min(runs):,.0f}-{max(runs):,.0f}"
+        ratio = medians[name] / medians["plain"]
+        print(f"{name:>8}: {medians[name]:9,.0f} jobs/s ({spread}), {ratio:.2f}x of plain")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
