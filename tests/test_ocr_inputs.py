@@ -636,3 +636,12 @@ def test_the_mail_index_example_reads_only_inside_its_roots(dsn: str, tmp_path: 
             assert job.error["code"] == code and len(job.attempts) == 1, job.error
     finally:
         app.close()
+
+
+def test_names_in_messages_have_control_characters_escaped_and_are_cut(tree: dict[str, Path]) -> None:
+    evil = tree["root"] / "clear\x1b[2J.pdf"
+    os.mkfifo(evil)
+    error = refused(lambda: extract_text(evil, roots=[tree["root"]]), "NOT_REGULAR_FILE")
+    assert "\x1b" not in error.reason and "\\x1b[2J" in error.reason
+    error = refused(lambda: extract_text("/" + "x" * 5000, roots=[tree["root"]]), "PATH_NOT_ALLOWED")
+    assert len(error.reason) < 500

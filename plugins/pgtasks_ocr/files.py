@@ -72,9 +72,15 @@ class Document:
     data: bytes
 
 
+#: Most characters of a name or path repeated in an error message.
+_SHOWN_CHARS: Final = 300
+
+
 def shown(text: str) -> str:
-    """``text`` as it may appear in an error message: as is if printable, else its repr."""
-    return text if text.isprintable() else repr(text)
+    """``text`` as it may appear in an error message: as is if printable, else its repr
+    (control characters escaped); cut to 300 characters either way."""
+    text = text if text.isprintable() else repr(text)
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "..."
 
 
 def read_document(
@@ -101,7 +107,8 @@ def read_document(
     """
     text = os.fspath(path) if isinstance(path, str | os.PathLike) else None
     if not isinstance(text, str) or not text or "\x00" in text:
-        raise Reject(f"the path must be a non-empty string without NUL, got {path!r}", code=PATH_NOT_ALLOWED)
+        got = shown(repr(path))
+        raise Reject(f"the path must be a non-empty string without NUL, got {got}", code=PATH_NOT_ALLOWED)
     name = shown(Path(text).name or text)
     fd = _open_plain(text, name) if roots is None else _open_beneath(text, name, roots)
     try:
