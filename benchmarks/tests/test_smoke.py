@@ -277,9 +277,9 @@ def test_tenants_probe_refuses_bad_arguments(bad: list[str]) -> None:
 
 
 def test_producers_probe_reports_each_producer_count() -> None:
-    """``python -m benchmarks.producers`` enqueues from concurrent threads with and without
-    the wake-up and through the raw INSERT; a tiny run prints one line per count with the
-    three rates and both ratios."""
+    """``python -m benchmarks.producers`` enqueues from concurrent threads with the wake-up
+    after the commit, with it inside the commit, without it, and through the raw INSERT; a
+    tiny run prints one line per count with the four rates and the three ratios."""
     command = [
         sys.executable, "-m", "benchmarks.producers", "--producers", "3,1", "--jobs", "60", "--reps", "1",
         "--dsn", DSN,
@@ -287,8 +287,8 @@ def test_producers_probe_reports_each_producer_count() -> None:
     done = _run(command, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     found = re.findall(
-        r"^\s*(\d+) producers: jobs/s notify ([0-9,]+) .* silent ([0-9,]+) .* raw ([0-9,]+) .*;"
-        r" notify/silent ([0-9.]+)x notify/raw ([0-9.]+)x$",
+        r"^\s*(\d+) producers: jobs/s wakeup ([0-9,]+) .* in-commit ([0-9,]+) .* silent ([0-9,]+) .*"
+        r" raw ([0-9,]+) .*; wakeup/silent ([0-9.]+)x wakeup/raw ([0-9.]+)x in-commit/silent ([0-9.]+)x$",
         done.stdout,
         re.M,
     )
