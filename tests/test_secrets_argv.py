@@ -26,6 +26,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgtasks.worker import WorkerConfig
 from pgtasks.worker.launch import WorkerLaunch, main, read_spec_fd, spec_fd
+from pgtasks.worker.processes import ChildSpec
 
 PASSWORD = "s3cr3t-pw"
 
@@ -125,6 +126,8 @@ def test_the_spec_goes_through_a_descriptor_the_new_image_reads_and_closes() -> 
         loglevel="INFO",
         config=WorkerConfig(queues=tuple(f"queue-{i:05d}" for i in range(20_000))),  # past a pipe's buffer
     )
+    assert PASSWORD not in repr(launch)  # a launch or child spec in a log line shows no password
+    assert PASSWORD not in repr(ChildSpec("m:app", (), launch.dsn or "", None, "w1"))
     fd = spec_fd(launch.to_json().encode())
     try:
         assert os.get_inheritable(fd)

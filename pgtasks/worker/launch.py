@@ -33,7 +33,7 @@ import json
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from pgtasks.errors import ConfigurationError, PgtasksError
@@ -84,7 +84,7 @@ class WorkerLaunch:
     """
 
     app_spec: str
-    dsn: str | None
+    dsn: str | None = field(repr=False)  # may hold a password
     plugins: tuple[str, ...]
     loglevel: str
     config: WorkerConfig

@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.sharedctypes import Synchronized
 from types import FrameType
 from typing import Any
@@ -69,7 +69,7 @@ class ChildSpec:
 
     app_spec: str
     plugins: tuple[str, ...]
-    dsn: str
+    dsn: str = field(repr=False)  # may hold a password
     prepare_threshold: int | None
     worker_id: str
     max_tasks: int | None = None
