@@ -26,6 +26,7 @@ from pgtasks.maintenance import Reaper, ReaperConfig
 from pgtasks.states import JobStatus
 from pgtasks.task import MAX_DELAY, UNLIMITED_ATTEMPTS, TaskOptions, backoff_delay
 from pgtasks.worker import Worker, WorkerConfig
+from pgtasks.worker.dbtime import DatabaseTime
 from pgtasks.worker.heartbeat import Heartbeat
 from pgtasks.worker.listener import Listener
 from pgtasks.worker.outcome import decide
@@ -680,3 +681,32 @@ def test_recorded_start_and_end_are_on_the_database_clock_whatever_the_host_cloc
             (job_id,),
         )[0]
         assert created <= started <= finished <= now, (job_id, created, started, finished, now)
+
+
+def test_a_slow_round_trip_does_not_make_a_trusted_host_clock_jump() -> None:
+    """On a busy host a heartbeat's answer may be read long after the database wrote
+    its clock: that delay is no skew, and must not shift recorded instants."""
+    clock = DatabaseTime()
+    now = time.monotonic()
+    on_time = dt.datetime.fromtimestamp(time.time(), tz=dt.UTC)
+    clock.sync(on_time, now - 0.002, now)  # a precise reading: no skew
+    assert clock.correction == 0.0
+    # The database answered at once, but the thread read it 300 ms later.
+    answered_early = dt.datetime.fromtimestamp(time.time() - 0.3, tz=dt.UTC)
+    clock.sync(answered_early, now - 0.3, now)
+    assert clock.correction == 0.0
+    # The only reading so far, 200 ms long, answered as it was sent: 100 ms of apparent
+    # skew, all of it within what the round trip cannot tell apart.
+    clock = DatabaseTime()
+    clock.sync(dt.datetime.fromtimestamp(time.time() - 0.2, tz=dt.UTC), now - 0.2, now)
+    assert clock.correction == 0.0
+
+
+def test_a_host_clock_an_hour_off_is_corrected_by_a_precise_reading() -> None:
+    clock = DatabaseTime()
+    now = time.monotonic()
+    clock.sync(dt.datetime.fromtimestamp(time.time() - 3600, tz=dt.UTC), now - 0.002, now)
+    assert abs(clock.correction + 3600) < 0.01
+    # A later imprecise reading (far slower than the best) leaves the correction alone.
+    clock.sync(dt.datetime.fromtimestamp(time.time() - 3599.5, tz=dt.UTC), now - 0.5, now)
+    assert abs(clock.correction + 3600) < 0.01

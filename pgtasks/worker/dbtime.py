@@ -6,10 +6,15 @@ it reads them from its host. pgtasks trusts only the database clock (DESIGN:
 "Workers use the database clock, never their own"), and host clocks disagree (no
 NTP, a drifting VM). Registration and every heartbeat return the database's
 ``clock_timestamp()``; from it and the round trip the worker learns how far its host
-clock is off. Within `TRUSTED_SKEW` the host clock is used as it is (a single
-reading cannot place the database clock closer than its round trip, while a host
-kept by NTP is closer than that); beyond it, every recorded instant is corrected by
-the skew measured, to within the round trip of the reading.
+clock is off. A reading places the database clock only to within half its round
+trip (the answer was read somewhere between sending and receiving), so the host
+clock is used as it is unless the skew exceeds `TRUSTED_SKEW` plus that half: a host
+kept by NTP is never "corrected" by the noise of a slow round trip on a busy
+machine, which would move recorded instants back and forth between readings and
+make a job seem to start before its predecessor on the same slot ended. Readings
+whose round trip is more than twice the best seen (and above `TRUSTED_SKEW`) are
+ignored; beyond the bound, every recorded instant is corrected by the skew
+measured, to within half the round trip of the reading.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class DatabaseTime:
 
     def __init__(self) -> None:
         self.correction = 0.0
+        self._best_round_trip = float("inf")
 
     def sync(self, database_clock: datetime, sent: float, received: float) -> None:
         """Measure the host clock against one statement's answer.
@@ -39,9 +45,13 @@ class DatabaseTime:
             database_clock: the database's ``clock_timestamp()`` in the answer (aware).
             sent, received: `time.monotonic()` just before sending it and just after the answer.
         """
+        round_trip = max(received - sent, 0.0)
+        self._best_round_trip = min(self._best_round_trip, round_trip)
+        if round_trip > max(TRUSTED_SKEW, 2 * self._best_round_trip):
+            return  # a reading this imprecise would only add noise
         host_at_midpoint = time.time() - (time.monotonic() - (sent + received) / 2)
         skew = database_clock.timestamp() - host_at_midpoint
-        self.correction = skew if abs(skew) > TRUSTED_SKEW else 0.0
+        self.correction = skew if abs(skew) > TRUSTED_SKEW + round_trip / 2 else 0.0
 
     def at(self, monotonic: float) -> float:
         """A `time.monotonic()` instant of this process as POSIX seconds on the database clock."""
