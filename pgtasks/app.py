@@ -19,8 +19,18 @@ from pgtasks.plugins import make_plugin_manager
 from pgtasks.records import Job
 from pgtasks.result import AsyncResult
 from pgtasks.settings import Settings
-from pgtasks.states import ErrorCode, FailureClass
+from pgtasks.states import TERMINAL, ErrorCode, FailureClass, JobStatus
 from pgtasks.task import Signature, Task, TaskOptions
+from pgtasks.validation import (
+    MAX_BATCH,
+    MAX_PAGE_SIZE,
+    check_bool,
+    check_choice,
+    check_int,
+    check_job_id,
+    check_seconds,
+    check_text,
+)
 
 if TYPE_CHECKING:
     from pgtasks.scheduler import Schedules, ScheduleSpec
@@ -164,7 +174,8 @@ class App:
                 ``max_retries``, ``autoretry_for``, ``retry_backoff``,
                 ``retry_backoff_max``, ``retry_jitter``, ``default_retry_delay``,
                 ``time_limit``, ``soft_time_limit``, ``bind``, ``acks_late``,
-                ``lock``, ``unique_key``, ``tenant``, ``retry_on_worker_lost``.
+                ``lock``, ``unique_key``, ``tenant``, ``retry_on_worker_lost``,
+                ``typing`` (False: do not check calls against the signature).
 
         Raises:
             ConfigurationError: an unknown option, a bad value, or a name already
@@ -330,10 +341,14 @@ class App:
     def get_job(self, job_id: int) -> Job:
         """The job record.
 
+        Args:
+            job_id: the job's id, an int in PostgreSQL's bigint range.
+
         Raises:
+            ConfigurationError: ``job_id`` is not an int in the bigint range.
             JobNotFound: no job has this id.
         """
-        return self.stores.jobs.get(id=job_id)
+        return self.stores.jobs.get(id=check_job_id("job_id", job_id))
 
     def cancel(self, job_id: int, *, terminate: bool = False) -> bool:
         """Cancel a job: queued ones at once, running ones by request.
@@ -360,7 +375,11 @@ class App:
             JobNotFound: no job has this id.
         """
         jobs = self.stores.jobs
-        was = jobs.cancel(id=job_id, error=_CANCELLED_ERROR, terminate=terminate)
+        was = jobs.cancel(
+            id=check_job_id("job_id", job_id),
+            error=_CANCELLED_ERROR,
+            terminate=check_bool("terminate", terminate),
+        )
         if was == "queued":
             return "cancelled"
         if was is not None:
@@ -399,7 +418,7 @@ class App:
                 f"by must be a string of 1 to {REQUEUE_BY_MAX_CHARS} characters without NUL, got {by!r:.80}"
             )
         jobs = self.stores.jobs
-        if jobs.requeue(id=job_id, by=by):
+        if jobs.requeue(id=check_job_id("job_id", job_id), by=by):
             return True
         jobs.get(id=job_id)  # raises JobNotFound
         return False
@@ -414,7 +433,30 @@ class App:
         before_id: int | None = None,
         limit: int = 50,
     ) -> list[Job]:
-        """Jobs newest first, filtered; page with ``before_id`` = last id of the previous page."""
+        """Jobs newest first, filtered; page with ``before_id`` = last id of the previous page.
+
+        Args:
+            status: a `pgtasks.JobStatus` value, or None for any.
+            queue, task_name, tenant: exact names (None for any); text of at most
+                `pgtasks.validation.MAX_KEY_BYTES` bytes in UTF-8.
+            before_id: only jobs with a smaller id (a bigint), or None.
+            limit: most jobs returned, 1..`pgtasks.validation.MAX_PAGE_SIZE`.
+
+        Raises:
+            ConfigurationError: a filter or bound of the wrong type or out of range;
+                the message names the parameter and the limit.
+        """
+        if status is not None:
+            check_choice("status", status, [s.value for s in JobStatus])
+        if queue is not None:
+            check_text("queue", queue)
+        if task_name is not None:
+            check_text("task_name", task_name)
+        if tenant is not None:
+            check_text("tenant", tenant, empty=True)
+        if before_id is not None:
+            check_job_id("before_id", before_id)
+        check_int("limit", limit, 1, MAX_PAGE_SIZE)
         return self.stores.jobs.list(
             status=status, queue=queue, task_name=task_name, tenant=tenant, before_id=before_id, limit=limit
         )
@@ -430,9 +472,22 @@ class App:
     ) -> int:
         """Delete finished jobs that ended more than ``older_than`` seconds ago, ``batch`` at a time.
 
+        Args:
+            older_than: age in seconds, finite, 0..`pgtasks.validation.MAX_DELAY`.
+            status: only jobs that ended so (a finished `pgtasks.JobStatus`), or None.
+            batch: most jobs one statement deletes, 1..`pgtasks.validation.MAX_BATCH`.
+
         Returns:
             How many jobs were deleted.
+
+        Raises:
+            ConfigurationError: a parameter of the wrong type or out of range (nothing
+                is deleted); the message names the parameter and the limit.
         """
+        check_seconds("older_than", older_than)
+        if status is not None:
+            check_choice("status", status, [s.value for s in TERMINAL])
+        check_int("batch", batch, 1, MAX_BATCH)
         jobs = self.stores.jobs
         total = 0
         while True:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from pgtasks.errors import PartialFailure, Retry
 from pgtasks.serialization import Undecodable
+from pgtasks.validation import check_retry_countdown
 
 if TYPE_CHECKING:
     from pgtasks.ports import Engine
@@ -208,7 +209,15 @@ class TaskContext:
         Raises:
             Retry: always. When no retries are left the worker fails the job with
                 ``exc`` (or a ``MaxRetriesExceeded`` error).
+            ConfigurationError: ``countdown`` is ``nan``, infinite, past
+                `pgtasks.validation.MAX_DELAY` or not a number, or ``max_retries``
+                is not None or an int >= 0; uncaught, it fails the job.
         """
+        from pgtasks.task import attempts_allowed
+
+        check_retry_countdown(countdown)
+        if max_retries is not None:
+            attempts_allowed(max_retries)
         raise Retry(countdown=countdown, exc=exc, max_retries=max_retries)
 
     def partial_failure(self, message: str, *, result: Any = None, code: str = "PARTIAL_FAILURE") -> NoReturn:

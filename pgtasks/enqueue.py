@@ -35,6 +35,7 @@ from pgtasks.task import (
     check_tenant,
     resolve_key,
 )
+from pgtasks.validation import check_headers_size
 
 if TYPE_CHECKING:
     import pluggy
@@ -88,7 +89,10 @@ def option_params(task: Task, options: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigurationError: a value is out of range or of the wrong type, a queue,
             tenant, lock or unique key is longer than `pgtasks.task.MAX_KEY_BYTES`
-            bytes in UTF-8, or both ``countdown`` and ``eta`` are given.
+            bytes in UTF-8 or not valid UTF-8, an ``eta`` outside the instants
+            PostgreSQL and Python both hold, headers larger than
+            `pgtasks.validation.MAX_HEADERS_BYTES` as JSON, or both ``countdown``
+            and ``eta`` are given.
         SerializationError: a header cannot round-trip exactly.
     """
     opts = task.options
@@ -116,7 +120,7 @@ def option_params(task: Task, options: Mapping[str, Any]) -> dict[str, Any]:
         "task_name": task.name,
         "queue": queue,
         "tenant": tenant,
-        "headers": dumps(dict(headers), "headers") if headers else "{}",
+        "headers": check_headers_size("headers", dumps(dict(headers), "headers")) if headers else "{}",
         "priority": priority,
         "max_attempts": max_attempts,
         "countdown": countdown,
@@ -164,10 +168,13 @@ class JobEnqueuer:
         implements ``pgtasks_before_enqueue`` (`_before_enqueue_hooked`; a batch asks once).
 
         Raises:
-            ConfigurationError: a resolved key is not a non-empty string without NUL,
-                of at most `pgtasks.task.MAX_KEY_BYTES` bytes in UTF-8.
+            ConfigurationError: the arguments do not fit the task's signature (unless
+                ``typing=False``), a resolved key is not a non-empty string without
+                NUL of at most `pgtasks.task.MAX_KEY_BYTES` bytes in UTF-8, or the
+                headers exceed `pgtasks.validation.MAX_HEADERS_BYTES` as JSON.
             SerializationError: an argument or header cannot round-trip exactly.
         """
+        task.check_call(args, kwargs)
         opts = task.options
         lock_key, unique_key, headers = base["lock_key"], base["unique_key"], base["headers"]
         if opts.lock is not None and "lock" not in options:
@@ -188,7 +195,7 @@ class JobEnqueuer:
             self.plugin_manager.hook.pgtasks_before_enqueue(
                 task_name=task.name, options=resolved, headers=extra
             )
-            headers = dumps(extra, "headers")
+            headers = check_headers_size("headers", dumps(extra, "headers"))
         encoded_args = dumps(list(args), "args")
         return encoded_args, dumps(kwargs, "kwargs") if kwargs else "{}", headers, lock_key, unique_key
 

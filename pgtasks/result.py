@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgtasks.errors import JobNotFound, ResultTimeout, TaskFailed, TaskRevoked, TimeLimitExceeded
 from pgtasks.states import TERMINAL, ErrorCode, JobStatus
+from pgtasks.validation import check_bool, check_job_id, check_timeout
 
 if TYPE_CHECKING:
     from pgtasks.db import StoredJobStatus
@@ -22,15 +23,18 @@ class AsyncResult:
     Every property reads the database afresh (as Celery's result backend does).
 
     Args:
-        id: the job id.
+        id: the job id: an int (or a str of digits) in PostgreSQL's bigint range.
         app: the app whose database holds the job (any `pgtasks.ports.ResultSource`:
             its ``stores`` to read the job and wait on it, ``get_job`` and ``cancel``).
+
+    Raises:
+        ConfigurationError: ``id`` is not an int in the bigint range.
     """
 
     __slots__ = ("app", "id")
 
     def __init__(self, id: int, app: ResultSource) -> None:
-        self.id = int(id)
+        self.id = check_job_id("job id", id)
         self.app = app
 
     def __repr__(self) -> str:
@@ -111,16 +115,21 @@ class AsyncResult:
         never busy-polls.
 
         Args:
-            timeout: seconds to wait at most; None waits forever.
+            timeout: seconds to wait at most (finite, 0 up to
+                `pgtasks.validation.MAX_DELAY`); None waits forever.
             propagate: raise the job's failure (True, Celery's default) or return it.
 
         Raises:
+            ConfigurationError: ``timeout`` is ``nan``, infinite, negative or too
+                large, or ``propagate`` is not a bool.
             ResultTimeout: the job had not finished within ``timeout``.
             TaskFailed: the job failed (`TaskRevoked` if cancelled,
                 `TimeLimitExceeded` if stopped at its time limit).
             JobNotFound: no job has this id.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        seconds = check_timeout("timeout", timeout)
+        check_bool("propagate", propagate)
+        deadline = None if seconds is None else time.monotonic() + seconds
         row = self._row()
         if row.status not in TERMINAL:
             row = self._wait(deadline)
@@ -160,8 +169,11 @@ class AsyncResult:
 
         Returns:
             True if the job was queued or running, False if it had already finished.
+
+        Raises:
+            ConfigurationError: ``terminate`` is not a bool.
         """
-        return self.app.cancel(self.id, terminate=terminate)
+        return self.app.cancel(self.id, terminate=check_bool("terminate", terminate))
 
     def forget(self) -> None:
         """Accepted for Celery compatibility: results live in the job row until purged."""

@@ -9,12 +9,22 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import inspect
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from pgtasks.errors import ConfigurationError
+from pgtasks.validation import (
+    MAX_DELAY,
+    MAX_KEY_BYTES,
+    CallCheck,
+    check_bool,
+    check_instant,
+    check_seconds,
+    check_text,
+    check_utf8,
+    short,
+)
 
 if TYPE_CHECKING:
     from pgtasks.ports import Engine, Enqueuer
@@ -24,19 +34,10 @@ __all__ = ["ENQUEUE_OPTIONS", "MAX_KEY_BYTES", "Signature", "Task", "TaskOptions
 
 SMALLINT_MIN: Final = -32768
 SMALLINT_MAX: Final = 32767
-# Longest delay pgtasks will schedule (10 years): keeps every run-at representable
-# in both PostgreSQL's timestamptz and Python's datetime.
-MAX_DELAY: Final = 10 * 365.25 * 86400.0
 UNLIMITED_ATTEMPTS: Final = 2**31 - 1
-#: Most UTF-8 bytes of an enqueue value that goes into an index of ``pgtasks.jobs`` or
-#: ``pgtasks.schedules``: queue, tenant, lock key and unique key (schedule names have
-#: their own, smaller bound). PostgreSQL's B-tree refuses an index entry larger than
-#: about a third of a page (2,704 bytes with 8 kB pages; "64.1.2. B-Tree Structure" and
-#: the ``index row size`` error), and a lock key enters its index only when its job
-#: starts: without a bound at the call site, one such key is accepted at enqueue and
-#: then fails every claim on its queue. 1,000 bytes leaves room for the other columns
-#: of the entry.
-MAX_KEY_BYTES: Final = 1000
+# MAX_DELAY (longest delay pgtasks schedules) and MAX_KEY_BYTES (most UTF-8 bytes of
+# a queue, tenant, lock key, unique key or task name) live with the other limits in
+# pgtasks.validation and are re-exported here, where they were first defined.
 
 ENQUEUE_OPTIONS: Final = frozenset(
     {"countdown", "eta", "queue", "priority", "tenant", "lock", "unique_key", "headers", "max_retries"}
@@ -80,6 +81,9 @@ class TaskOptions:
         tenant: default tenant for fair dispatch (default ``""``).
         retry_on_worker_lost: False for non-idempotent tasks: a job whose worker
             vanished ends ``failed`` with ``WORKER_LOST`` instead of running again.
+        typing: check at enqueue that the call's arguments fit the function's
+            signature (default True, Celery's ``typing``); False for a function whose
+            ``*args, **kwargs`` only pass its arguments on.
     """
 
     name: str
@@ -99,10 +103,10 @@ class TaskOptions:
     unique_key: KeyRule = None
     tenant: str = ""
     retry_on_worker_lost: bool = True
+    typing: bool = True
 
     def __post_init__(self) -> None:
-        if not self.name or not isinstance(self.name, str) or "\x00" in self.name:
-            raise ConfigurationError(f"task name must be a non-empty string without NUL, got {self.name!r}")
+        check_text("task name", self.name)
         _check_queue(self.queue)
         _check_priority(self.priority)
         check_tenant(self.tenant)
@@ -110,23 +114,22 @@ class TaskOptions:
             rule = getattr(self, label)
             if isinstance(rule, str):  # a fixed key; a callable's keys are checked per call
                 check_key("task option " + label, rule)
+            elif rule is not None and not callable(rule):
+                raise ConfigurationError(f"{label} must be a str, a callable or None, got {short(rule)}")
         attempts_allowed(self.max_retries)  # validates
         for exc in self.autoretry_for:
             if not (isinstance(exc, type) and issubclass(exc, BaseException)):
                 raise ConfigurationError(f"autoretry_for must hold exception classes, got {exc!r}")
         for label in ("retry_backoff_max", "default_retry_delay"):
-            _check_delay(label, getattr(self, label))
+            check_seconds(label, getattr(self, label))
         if not isinstance(self.retry_backoff, bool):
-            _check_delay("retry_backoff", self.retry_backoff)
+            check_seconds("retry_backoff", self.retry_backoff)
         for label in ("time_limit", "soft_time_limit"):
             value = getattr(self, label)
-            if value is not None and (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value <= 0
-            ):
-                raise ConfigurationError(f"{label} must be a positive number of seconds, got {value!r}")
+            if value is not None:
+                check_seconds(label, value, positive=True)
+        for label in ("retry_jitter", "bind", "acks_late", "retry_on_worker_lost", "typing"):
+            check_bool(label, getattr(self, label))
 
     @property
     def max_attempts(self) -> int:
@@ -143,25 +146,26 @@ def attempts_allowed(max_retries: object) -> int:
     if max_retries is None:
         return UNLIMITED_ATTEMPTS
     if type(max_retries) is not int or max_retries < 0:
-        raise ConfigurationError(f"max_retries must be None or an int >= 0, got {max_retries!r}")
+        raise ConfigurationError(f"max_retries must be None or an int >= 0, got {short(max_retries)}")
     return min(max_retries + 1, UNLIMITED_ATTEMPTS)
 
 
-def _check_queue(queue: object) -> None:
-    if not isinstance(queue, str) or not queue or "\x00" in queue:
-        raise ConfigurationError(f"queue must be a non-empty string without NUL, got {_short(queue)}")
-    check_key_size("queue", queue)
+def _check_queue(queue: object) -> str:
+    """Validate a queue name: a non-empty string without NUL, at most `MAX_KEY_BYTES` in UTF-8.
+
+    Raises:
+        ConfigurationError: naming the problem and the bound.
+    """
+    return check_text("queue", queue)
 
 
 def check_tenant(tenant: object) -> str:
     """Validate a tenant: a string (empty allowed) without NUL, at most `MAX_KEY_BYTES`.
 
     Raises:
-        ConfigurationError: naming the problem.
+        ConfigurationError: naming the problem and the bound.
     """
-    if not isinstance(tenant, str) or "\x00" in tenant:
-        raise ConfigurationError(f"tenant must be a string without NUL, got {_short(tenant)}")
-    return check_key_size("tenant", tenant)
+    return check_text("tenant", tenant, empty=True)
 
 
 def check_key_size(label: str, value: str) -> str:
@@ -171,47 +175,21 @@ def check_key_size(label: str, value: str) -> str:
     Raises:
         ConfigurationError: naming the label, the size and the bound.
     """
-    if value.isascii():
-        size = len(value)
-    else:
-        try:
-            size = len(value.encode("utf-8"))
-        except UnicodeEncodeError as exc:
-            raise ConfigurationError(
-                f"{label} {_short(value)} contains a lone surrogate at index {exc.start}, "
-                "which is not valid UTF-8"
-            ) from None
+    size = check_utf8(label, value)
     if size > MAX_KEY_BYTES:
         raise ConfigurationError(
-            f"{label} {_short(value)} is {size} bytes in UTF-8; at most {MAX_KEY_BYTES} are allowed "
+            f"{label} {short(value)} is {size} bytes in UTF-8; at most {MAX_KEY_BYTES} are allowed "
             "(it goes into an index)"
         )
     return value
 
 
-def _short(value: object, keep: int = 40) -> str:
-    """``repr(value)``, cut to about ``keep`` characters (a refused value may be huge)."""
-    if isinstance(value, str) and len(value) > keep:
-        return f"{value[:keep]!r}... ({len(value)} characters)"
-    return repr(value)
-
-
-def _check_priority(priority: object) -> None:
+def _check_priority(priority: object) -> int:
     if type(priority) is not int or not SMALLINT_MIN <= priority <= SMALLINT_MAX:
         raise ConfigurationError(
-            f"priority must be an int in {SMALLINT_MIN}..{SMALLINT_MAX}, got {priority!r}"
+            f"priority must be an int in {SMALLINT_MIN}..{SMALLINT_MAX}, got {short(priority)}"
         )
-
-
-def _check_delay(label: str, value: float) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-        or value > MAX_DELAY
-    ):
-        raise ConfigurationError(f"{label} must be seconds in 0..{MAX_DELAY:.0f}, got {value!r}")
+    return priority
 
 
 def backoff_delay(options: TaskOptions, retries: int, rand: Callable[[float], float]) -> float:
@@ -294,6 +272,7 @@ class Task:
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", options.name)
         self.__wrapped__ = fn
+        self._call_check = CallCheck(options.name, fn, bind=options.bind) if options.typing else None
 
     @property
     def name(self) -> str:
@@ -315,6 +294,17 @@ class Task:
         return result
 
     # -- enqueue ----------------------------------------------------------------
+
+    def check_call(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        """Refuse arguments that do not fit the function's signature (a bound task's
+        first parameter, the context, excepted); nothing when the task has ``typing=False``.
+
+        Raises:
+            ConfigurationError: too many or too few arguments, or an unknown or
+                repeated keyword.
+        """
+        if self._call_check is not None:
+            self._call_check(args, kwargs)
 
     def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
         """Enqueue a job with these arguments and the task's default options."""
@@ -341,8 +331,10 @@ class Task:
             An `AsyncResult` for the new job.
 
         Raises:
-            ConfigurationError: unknown option names, invalid values, or ``args`` /
-                ``kwargs`` that are not a sequence / mapping (a str is refused).
+            ConfigurationError: unknown option names, invalid values (each limit is
+                listed in docs/errors.md), ``args`` / ``kwargs`` that are not a
+                sequence / mapping (a str is refused), or arguments that do not fit
+                the function's signature (unless the task has ``typing=False``).
             SerializationError: an argument cannot round-trip exactly (nothing written).
             AlreadyQueued: the unique key is held by an unfinished job.
             DatabaseError: PostgreSQL refused the write.
@@ -394,11 +386,7 @@ def check_key(label: str, key: object) -> str | None:
     Raises:
         ConfigurationError: naming the problem.
     """
-    if key is None:
-        return None
-    if not isinstance(key, str) or not key or "\x00" in key:
-        raise ConfigurationError(f"{label} must be a non-empty string without NUL, got {_short(key)}")
-    return check_key_size(label, key)
+    return None if key is None else check_text(label, key)
 
 
 def resolve_key(rule: KeyRule, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str | None:
@@ -412,22 +400,23 @@ def resolve_key(rule: KeyRule, args: tuple[Any, ...], kwargs: Mapping[str, Any])
 
 
 def check_eta(eta: object) -> dt.datetime:
-    """Validate an ``eta``: an aware datetime (naive ones are refused, not guessed as UTC)."""
-    if not isinstance(eta, dt.datetime):
-        raise ConfigurationError(f"eta must be a datetime, got {type(eta).__name__}")
-    if eta.tzinfo is None or eta.utcoffset() is None:
-        raise ConfigurationError(
-            "eta must be timezone-aware (e.g. datetime.now(timezone.utc)); naive is refused"
-        )
-    return eta
+    """Validate an ``eta``: an aware datetime (naive ones are refused, not guessed as UTC)
+    between `pgtasks.validation.MIN_INSTANT` and `pgtasks.validation.MAX_INSTANT`.
+
+    Raises:
+        ConfigurationError: naming the problem and the range.
+    """
+    return check_instant("eta", eta)
 
 
 def check_countdown(countdown: object) -> float:
-    """Validate a ``countdown`` in seconds: finite, >= 0, at most `MAX_DELAY`."""
-    if isinstance(countdown, bool) or not isinstance(countdown, int | float):
-        raise ConfigurationError(f"countdown must be a number of seconds, got {countdown!r}")
-    _check_delay("countdown", float(countdown))
-    return float(countdown)
+    """Validate a ``countdown`` in seconds: finite, >= 0, at most `MAX_DELAY`.
+
+    Raises:
+        ConfigurationError: naming the problem and the range (also for an int too
+            large for a float).
+    """
+    return check_seconds("countdown", countdown)
 
 
 check_queue = _check_queue

@@ -178,9 +178,14 @@ def test_connection_of_wrong_type_is_refused(
 # -- bulk --------------------------------------------------------------------------------
 
 
+def pair(document_id: int, label: str) -> None:
+    """A task body of two arguments; never run here."""
+
+
 def test_delay_many_writes_ten_thousand_jobs_in_one_call(
-    app: pgtasks.App, task: pgtasks.Task, conn: psycopg.Connection[Any]
+    app: pgtasks.App, conn: psycopg.Connection[Any]
 ) -> None:
+    task = app.task(name="pair", queue="ocr")(pair)
     n = 10_000
     items = [(i, f"doc-{i}") for i in range(n)]
     results = task.delay_many(items)
@@ -200,7 +205,7 @@ def test_delay_many_writes_ten_thousand_jobs_in_one_call(
         job = app.get_job(ids[i])
         assert job.args == [i, f"doc-{i}"]
         assert job.queue == "ocr"
-        assert job.task_name == "ocr"
+        assert job.task_name == "pair"
         assert job.status == pgtasks.JobStatus.QUEUED
         assert job.max_attempts == 4
 

@@ -29,7 +29,9 @@ def sapp(dsn: str) -> Iterator[pgtasks.App]:
     """An app with two plain tasks and no schedules."""
     app = pgtasks.App("sched", dsn=dsn, load_entry_points=False)
     app.task(name="t.job", max_retries=2)(lambda *a, **k: None)
-    app.task(name="t.other", queue="other", lock="other-lock", retry_on_worker_lost=False)(lambda: None)
+    app.task(name="t.other", queue="other", lock="other-lock", retry_on_worker_lost=False)(
+        lambda *a, **k: None
+    )
     yield app
     app.close()
 
@@ -176,12 +178,12 @@ def test_sync_creates_then_keeps_an_operators_pause(sapp: pgtasks.App, conn: psy
     # A new process with the same code: nothing to write, the pause stays.
     again = pgtasks.App("sched", dsn=sapp.database.dsn, load_entry_points=False)
     try:
-        again.task(name="t.job", max_retries=2)(lambda: None)
+        again.task(name="t.job", max_retries=2)(lambda *a, **k: None)
         again.add_periodic_task("30 2 * * *", "t.job", name="nightly", timezone="Europe/Berlin")
         assert again.schedules.sync(now=T0 + MIN).unchanged == ("nightly",)
         # The code changes its cron: definition and next fire time follow, the pause stays.
         fresh = pgtasks.App("sched", dsn=sapp.database.dsn, load_entry_points=False)
-        fresh.task(name="t.job", max_retries=2)(lambda: None)
+        fresh.task(name="t.job", max_retries=2)(lambda *a, **k: None)
         fresh.add_periodic_task("0 4 * * *", "t.job", name="nightly", timezone="Europe/Berlin", args=[7])
         assert fresh.schedules.sync(now=T0 + MIN).updated == ("nightly",)
         changed = fresh.schedules.get("nightly")

@@ -193,7 +193,7 @@ def test_reaper_takes_only_running_jobs_of_expired_workers(
 def test_reaper_never_overwrites_a_job_finishing_at_the_same_moment(
     app: pgtasks.App, store: Database, dsn: str, conn: psycopg.Connection[Any]
 ) -> None:
-    task = app.task(name="t")(lambda: None)
+    task = app.task(name="t")(lambda *a, **k: None)
     racing = task.delay().id
     late = task.delay().id
     t0 = one(conn, "SELECT now()") + SECOND
@@ -218,7 +218,7 @@ def test_reaper_never_overwrites_a_job_finishing_at_the_same_moment(
 def test_a_long_job_on_a_live_worker_is_never_reaped(
     app: pgtasks.App, store: Database, conn: psycopg.Connection[Any]
 ) -> None:
-    task = app.task(name="t")(lambda: None)
+    task = app.task(name="t")(lambda *a, **k: None)
     job = task.delay().id
     orphan = task.delay().id
     t0 = one(conn, "SELECT now()") + SECOND
@@ -245,7 +245,7 @@ def test_a_long_job_on_a_live_worker_is_never_reaped(
 def test_heartbeat_extends_the_lease_and_passes_on_cancel_requests(
     app: pgtasks.App, store: Database, conn: psycopg.Connection[Any]
 ) -> None:
-    task = app.task(name="t")(lambda: None)
+    task = app.task(name="t")(lambda *a, **k: None)
     first, second = task.delay().id, task.delay().id
     register(store, "hb", None, lease=30)
     before = one(conn, "SELECT lease_expires_at FROM pgtasks.workers WHERE id = 'hb'")
@@ -347,7 +347,7 @@ def test_a_slot_kills_its_child_only_for_the_job_it_runs() -> None:
 def test_completer_writes_in_batches_and_reports_only_durable_results(
     app: pgtasks.App, store: Database, dsn: str, conn: psycopg.Connection[Any]
 ) -> None:
-    task = app.task(name="t")(lambda: None)
+    task = app.task(name="t")(lambda *a, **k: None)
     ids = [task.delay().id for _ in range(8)]
     register(store, "c", None)
     claim(store, "c", None)
@@ -389,7 +389,7 @@ def test_completer_writes_in_batches_and_reports_only_durable_results(
 def test_completer_stop_writes_what_is_pending(
     app: pgtasks.App, store: Database, conn: psycopg.Connection[Any]
 ) -> None:
-    task = app.task(name="t")(lambda: None)
+    task = app.task(name="t")(lambda *a, **k: None)
     ids = [task.delay().id for _ in range(2)]
     claim(store, "c", None)
     completer = Completer(JobStore(store), "c", batch=100, delay=60.0, on_written=lambda done, lost: None)
@@ -404,7 +404,7 @@ def test_completer_writes_every_result_added_from_many_threads(
     app: pgtasks.App, store: Database, conn: psycopg.Connection[Any]
 ) -> None:
     """Pool threads add results concurrently (no lock): each is written exactly once, none waits."""
-    task = app.task(name="t")(lambda: None)
+    task = app.task(name="t")(lambda *a, **k: None)
     ids = [r.id for r in task.delay_many(range(800))]
     assert sorted(claim(store, "c", None, limit=800)) == sorted(ids)
     written: list[int] = []
@@ -436,7 +436,7 @@ def test_completer_writes_every_result_added_from_many_threads(
 def test_every_other_outcome_goes_through_one_path_that_says_whether_it_applied(
     app: pgtasks.App, store: Database, conn: psycopg.Connection[Any]
 ) -> None:
-    task = app.task(name="t")(lambda: None)
+    task = app.task(name="t")(lambda *a, **k: None)
     retried, failed, taken = (task.delay().id for _ in range(3))
     register(store, "c", None)
     claim(store, "c", None)
@@ -474,7 +474,7 @@ def test_every_other_outcome_goes_through_one_path_that_says_whether_it_applied(
 def test_the_reaper_writes_through_the_completer_it_is_given(
     app: pgtasks.App, store: Database, conn: psycopg.Connection[Any]
 ) -> None:
-    task = app.task(name="t")(lambda: None)
+    task = app.task(name="t")(lambda *a, **k: None)
     lost = task.delay().id
     t0 = one(conn, "SELECT now()") + SECOND
     register(store, "dead", t0)
@@ -509,7 +509,7 @@ def test_completer_stops_at_once_when_idle(store: Database) -> None:
 def test_claim_order_is_priority_then_run_at_then_id(
     app: pgtasks.App, store: Database, conn: psycopg.Connection[Any]
 ) -> None:
-    task = app.task(name="t")(lambda: None)
+    task = app.task(name="t")(lambda *a, **k: None)
     base = one(conn, "SELECT now()")
     jobs = []
     for i, (priority, offset) in enumerate([(0, 5), (5, 9), (0, 1), (5, 9), (-3, 0), (0, 1), (5, 2)]):
@@ -525,14 +525,14 @@ def test_claim_order_is_priority_then_run_at_then_id(
 
 
 def test_a_claim_never_takes_more_than_asked(app: pgtasks.App, store: Database) -> None:
-    task = app.task(name="t")(lambda: None)
+    task = app.task(name="t")(lambda *a, **k: None)
     task.delay_many(list(range(200)))
     task.delay_many([(i,) for i in range(50)], tenant="other")
     assert [len(claim(store, "w", None, limit=n)) for n in (1, 7, 33)] == [1, 7, 33]
 
 
 def test_fair_claim_serves_tenants_round_robin(app: pgtasks.App, store: Database) -> None:
-    task = app.task(name="t")(lambda: None)
+    task = app.task(name="t")(lambda *a, **k: None)
     big = {r.id for r in task.delay_many(list(range(500)), tenant="big")}
     small = {r.id for r in task.delay_many(list(range(2)), tenant="small")}
     tiny = {r.id for r in task.delay_many([0], tenant="tiny")}

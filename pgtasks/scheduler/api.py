@@ -39,6 +39,7 @@ from pgtasks.scheduler.spec import (
     check_schedule_name,
 )
 from pgtasks.states import Trigger
+from pgtasks.validation import MAX_INSTANT, check_instant, check_int, check_job_id, check_text
 
 if TYPE_CHECKING:
     from pgtasks.task import Task
@@ -85,6 +86,8 @@ CHANGEABLE: Final = frozenset(
     }
 )
 _MAX_PAGE_SIZE = 1000
+#: Most fire times `Schedules.next_fire_times` computes in one call.
+MAX_FIRE_TIMES: Final = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,7 +336,8 @@ class Schedules:
         Raises:
             ScheduleNotFound: no such schedule.
             InvalidSchedule, SerializationError, ConfigurationError: refused change
-                (unknown field, bad value, dependency cycle); nothing is written.
+                (unknown field, bad value, arguments that do not fit the task's
+                signature, dependency cycle); nothing is written.
         """
         unknown = sorted(set(changes) - CHANGEABLE)
         if unknown:
@@ -371,6 +375,9 @@ class Schedules:
                 elif fields["overlap"] != "queue" and fields["lock_key"] == queue_lock:
                     fields["lock_key"] = None
             spec = ScheduleSpec(**fields)
+            known = self._app.tasks.get(spec.task_name)
+            if known is not None:
+                known.check_call(spec.args, spec.kwargs)
             at = now or self._db_now(tx)
             write_schedule(
                 self._stores.schedules, tx, spec, source=row["source"], now=at, replace=True, force=True
@@ -401,7 +408,14 @@ class Schedules:
 
         Raises:
             ScheduleNotFound: no such schedule.
+            ConfigurationError: ``by`` is not text of at most
+                `pgtasks.validation.MAX_KEY_BYTES` bytes, or ``now`` not an instant
+                pgtasks stores.
         """
+        if by is not None:
+            check_text("by", by)
+        if now is not None:
+            check_instant("now", now)
         self._ensure_synced()
         if self._stores.schedules.pause(name=name, paused_by=by or requested_by_default(), now=now):
             return True
@@ -420,7 +434,10 @@ class Schedules:
             ScheduleNotFound: no such schedule.
             InvalidSchedule: its stored cron expression or time zone is refused
                 (fix it with `change`).
+            ConfigurationError: ``now`` is not an instant pgtasks stores.
         """
+        if now is not None:
+            check_instant("now", now)
         self._ensure_synced()
         stores = self._stores
         with stores.database.transaction() as tx:
@@ -454,7 +471,14 @@ class Schedules:
             ScheduleNotFound: no such schedule.
             RunAlreadyActive: ``overlap="skip"`` and a run is queued or running;
                 ``run_id`` names it.
+            ConfigurationError: ``requested_by`` is not text of at most
+                `pgtasks.validation.MAX_KEY_BYTES` bytes, or ``now`` not an instant
+                pgtasks stores (nothing is written).
         """
+        if requested_by is not None:
+            check_text("requested_by", requested_by)
+        if now is not None:
+            check_instant("now", now)
         self._ensure_synced()
         stores = self._stores
         with stores.database.transaction() as tx:
@@ -492,7 +516,10 @@ class Schedules:
         Raises:
             ScheduleNotFound: no such schedule and no runs under that name.
             InvalidSchedule: a page or page size out of range.
+            ConfigurationError: ``before_id`` is not an int in PostgreSQL's bigint range.
         """
+        if before_id is not None:
+            check_job_id("before_id", before_id)
         if type(page) is not int or page < 1:
             raise InvalidSchedule(f"page must be an int >= 1, got {page!r}")
         if type(per_page) is not int or not 1 <= per_page <= _MAX_PAGE_SIZE:
@@ -529,22 +556,41 @@ class Schedules:
 
         Args:
             name: the schedule.
-            n: how many (>= 0).
-            after: start (aware, exclusive); default now (database clock).
+            n: how many, 0..`MAX_FIRE_TIMES`.
+            after: start (aware, exclusive, an instant pgtasks stores); default now
+                (database clock).
 
         Returns:
-            Aware UTC datetimes; empty for a trigger-only schedule.
+            Aware UTC datetimes; empty for a trigger-only schedule; fewer than ``n``
+            when the cron expression fires no more before
+            `pgtasks.validation.MAX_INSTANT`.
 
         Raises:
             ScheduleNotFound: no such schedule.
             InvalidSchedule: the stored cron expression or time zone is refused.
+            ConfigurationError: ``n`` or ``after`` out of range.
         """
+        check_int("n", n, 0, MAX_FIRE_TIMES)
+        if after is not None:
+            check_instant("after", after)
         schedule = self.get(name)
         if schedule.cron is None:
             return []
         cron = CronSchedule.parse(schedule.cron, schedule.timezone)
         start = after or self._db_now(None)
-        return cron.fire_times(start, n)
+        try:
+            return [t for t in cron.fire_times(start, n) if t <= MAX_INSTANT]
+        except (OverflowError, ValueError):  # croniter past year 9999: those before it
+            times: list[datetime] = []
+            while len(times) < n:
+                try:
+                    fire = cron.next_fire(times[-1] if times else start)
+                except (OverflowError, ValueError):
+                    break
+                if fire > MAX_INSTANT:
+                    break
+                times.append(fire)
+            return times
 
     #: The same as `next_fire_times` (the name of ``pgtasks schedules next``).
     next = next_fire_times

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
+from pgtasks.cron import CronSchedule
 from pgtasks.db import AnyConnection, ScheduleStore
 from pgtasks.errors import InvalidSchedule
 from pgtasks.scheduler.runs import requested_by_default
 from pgtasks.scheduler.spec import ScheduleSpec
+from pgtasks.validation import MAX_INSTANT, check_instant
 
 __all__ = ["check_cycles", "find_cycle", "write_schedule"]
 
@@ -41,7 +43,8 @@ def write_schedule(
         tx: a connection inside the caller's transaction (the row stays locked).
         spec: the definition.
         source: ``code`` or ``api``.
-        now: the time (aware) new fire times are computed from.
+        now: the time (aware, between `pgtasks.validation.MIN_INSTANT` and
+            `pgtasks.validation.MAX_INSTANT`) new fire times are computed from.
         replace: replace an existing definition (False: leave it, return ``exists``).
         paused: create it paused (by ``user@host`` of this process).
         force: write even an identical definition (every write clears ``invalid_reason``).
@@ -50,9 +53,13 @@ def write_schedule(
         ``created``, ``updated``, ``unchanged`` or (``replace=False``) ``exists``.
 
     Raises:
-        InvalidSchedule: another process changed the schedule meanwhile; try again.
+        ConfigurationError: ``now`` is naive or outside the instants PostgreSQL and
+            Python both hold (nothing is written).
+        InvalidSchedule: another process changed the schedule meanwhile; try
+            again; or no fire time follows ``now`` before the end of those instants.
         DatabaseError: the database refused it.
     """
+    check_instant("now", now)
     cron = spec.cron_schedule()
     for _ in range(2):
         row = schedules.get_for_update(name=spec.name, conn=tx)
@@ -62,7 +69,7 @@ def write_schedule(
                 source=source,
                 paused=paused,
                 paused_by=requested_by_default() if paused else None,
-                next_fire_at=None if cron is None else cron.next_fire(now),
+                next_fire_at=None if cron is None else _next_fire(cron, now, spec.name),
                 now=now,
                 conn=tx,
             )
@@ -85,7 +92,7 @@ def write_schedule(
         elif same_time_rule and row["next_fire_at"] is not None:
             next_fire = row["next_fire_at"]
         else:
-            next_fire = cron.next_fire(now)
+            next_fire = _next_fire(cron, now, spec.name)
         updated = schedules.update_definition(
             definition=spec.params(),
             source=source,
@@ -98,6 +105,25 @@ def write_schedule(
             raise InvalidSchedule(f"schedule {spec.name!r} changed while it was being written; try again")
         return "updated"
     raise InvalidSchedule(f"schedule {spec.name!r} could not be written; try again")
+
+
+def _next_fire(cron: CronSchedule, now: datetime, name: str) -> datetime:
+    """``cron``'s first fire time after ``now``, at most `pgtasks.validation.MAX_INSTANT`.
+
+    Raises:
+        InvalidSchedule: there is none before the end of the instants PostgreSQL
+            and Python both hold (a pinned ``now`` near year 9999).
+    """
+    try:
+        fire: datetime | None = cron.next_fire(now)
+    except (OverflowError, ValueError):  # croniter past year 9999
+        fire = None
+    if fire is None or fire > MAX_INSTANT:
+        raise InvalidSchedule(
+            f"schedule {name!r} has no fire time after {now.isoformat()} "
+            f"before {MAX_INSTANT.isoformat()}, the last instant pgtasks stores"
+        )
+    return fire
 
 
 def check_cycles(schedules: ScheduleStore, tx: AnyConnection, specs: Iterable[ScheduleSpec]) -> None:

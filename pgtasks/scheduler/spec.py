@@ -18,6 +18,7 @@ from pgtasks.cron import CronSchedule, load_zone
 from pgtasks.errors import ConfigurationError, InvalidSchedule
 from pgtasks.serialization import dumps, loads_json
 from pgtasks.task import check_key, check_priority, check_queue, check_tenant, resolve_key
+from pgtasks.validation import check_utf8, short
 
 if TYPE_CHECKING:
     from pgtasks.task import Task
@@ -63,8 +64,8 @@ INHERIT: Final = _Inherit()
 
 
 def check_schedule_name(name: object, label: str = "schedule name") -> str:
-    """Validate a schedule name: a non-empty str of at most 200 characters, no NUL,
-    no surrounding whitespace.
+    """Validate a schedule name: a non-empty str of at most 200 characters of valid
+    UTF-8 (no lone surrogate), no NUL, no surrounding whitespace.
 
     Raises:
         InvalidSchedule: naming the problem.
@@ -73,9 +74,13 @@ def check_schedule_name(name: object, label: str = "schedule name") -> str:
         raise InvalidSchedule(f"{label} must be a str, not {type(name).__name__}")
     if not name or name != name.strip() or "\x00" in name or len(name) > _MAX_NAME:
         raise InvalidSchedule(
-            f"{label} {name!r} is refused: use 1..{_MAX_NAME} characters, no NUL, "
+            f"{label} {short(name)} is refused: use 1..{_MAX_NAME} characters, no NUL, "
             "no leading or trailing whitespace"
         )
+    try:
+        check_utf8(label, name)
+    except ConfigurationError as exc:
+        raise InvalidSchedule(str(exc)) from None
     return name
 
 
@@ -213,13 +218,16 @@ class ScheduleSpec:
             after: prerequisite schedule names.
 
         Raises:
-            InvalidSchedule, SerializationError, ConfigurationError: see the class.
+            InvalidSchedule, SerializationError, ConfigurationError: see the class;
+                `ConfigurationError` also when ``args``/``kwargs`` do not fit the
+                task's signature (unless the task has ``typing=False``).
         """
         opts = task.options
         if isinstance(after, str):
             raise InvalidSchedule(f"after must be a list of schedule names, not the str {after!r}")
         args_tuple = tuple(args)
         kwargs_dict = dict(kwargs or {})
+        task.check_call(args_tuple, kwargs_dict)
         if not isinstance(overlap, str) or overlap not in OVERLAP_POLICIES:
             _choice("overlap", overlap, OVERLAP_POLICIES)
         lock = resolve_key(opts.lock, args_tuple, kwargs_dict)

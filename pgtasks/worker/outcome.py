@@ -24,9 +24,10 @@ from collections.abc import Iterable
 from pgtasks.completion import Outcome
 from pgtasks.context import Request
 from pgtasks.db.errors import error_record, plain_error
-from pgtasks.errors import DatabaseError, PartialFailure, Reject, Retry, TimeLimitExceeded
+from pgtasks.errors import ConfigurationError, DatabaseError, PartialFailure, Reject, Retry, TimeLimitExceeded
 from pgtasks.states import ErrorCode, FailureClass, JobStatus
-from pgtasks.task import UNLIMITED_ATTEMPTS, TaskOptions, backoff_delay
+from pgtasks.task import TaskOptions, attempts_allowed, backoff_delay
+from pgtasks.validation import check_retry_countdown
 
 __all__ = ["Outcome", "cancelled_outcome", "decide", "failure_class", "unknown_task_outcome"]
 
@@ -81,8 +82,13 @@ def decide(exc: BaseException, options: TaskOptions, request: Request, *, cancel
         return Outcome(JobStatus.FAILED, record, max_attempts=max_attempts)
     klass = failure_class(exc, options)
     if isinstance(exc, Retry):
-        if exc.max_retries is not None:  # clamped: max_attempts is a PostgreSQL integer
-            max_attempts = min(exc.max_retries + 1, UNLIMITED_ATTEMPTS)
+        try:
+            countdown = check_retry_countdown(exc.countdown)
+            if exc.max_retries is not None:  # clamped: max_attempts is a PostgreSQL integer
+                max_attempts = attempts_allowed(exc.max_retries)
+        except ConfigurationError as refused:  # a retry that cannot be scheduled: fail, say why
+            record = error_record(refused, klass=FailureClass.PERMANENT)
+            return Outcome(JobStatus.FAILED, record, max_attempts=max_attempts)
         cause = exc.exc if exc.exc is not None else exc
         code = ErrorCode.RETRY if exc.exc is None else None
         record = error_record(cause, code=code, klass=FailureClass.TRANSIENT)
@@ -90,10 +96,8 @@ def decide(exc: BaseException, options: TaskOptions, request: Request, *, cancel
             record["code"] = ErrorCode.MAX_RETRIES_EXCEEDED.value
             record["message"] = f"max retries ({max_attempts - 1}) exceeded: {record['message']}"
             return Outcome(JobStatus.FAILED, record, max_attempts=request.max_attempts)
-        delay = (
-            exc.countdown if exc.countdown is not None else backoff_delay(options, request.retries, _jitter)
-        )
-        return Outcome(JobStatus.QUEUED, record, delay=max(0.0, float(delay)), max_attempts=max_attempts)
+        delay = countdown if countdown is not None else backoff_delay(options, request.retries, _jitter)
+        return Outcome(JobStatus.QUEUED, record, delay=delay, max_attempts=max_attempts)
     code = ErrorCode.TIME_LIMIT if isinstance(exc, TimeLimitExceeded) else None
     record = error_record(exc, code=code, klass=klass)
     autoretry = bool(options.autoretry_for) and isinstance(exc, options.autoretry_for)

@@ -1,0 +1,382 @@
+"""Bad input at the public boundary: a typed error naming the parameter and the limit,
+and nothing written (each test counts the rows of the real database).
+
+One test per kind of input a careless or hostile caller hands pgtasks: instants
+PostgreSQL and Python cannot both hold, names too long for an index or not valid
+UTF-8, numbers too large for a float, calls that do not fit the task's signature,
+and parameters that would make a call loop or wait forever.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgtasks
+from pgtasks.context import Request, TaskContext
+from pgtasks.errors import ConfigurationError, InvalidSchedule, PgtasksError, Retry
+from pgtasks.settings import Settings
+from pgtasks.validation import MAX_HEADERS_BYTES, MAX_INSTANT, MAX_KEY_BYTES, MIN_INSTANT
+from pgtasks.worker.outcome import decide
+
+LONG = "x" * 10_000
+SURROGATE = "bad\ud800name"
+END_OF_PYTHON = dt.datetime.max.replace(tzinfo=dt.UTC)
+
+
+def ocr(document_id: int, *, lang: str = "en") -> None:
+    """A task body of one positional argument and an optional keyword; never run here."""
+
+
+def forward(*args: Any, **kwargs: Any) -> None:
+    """A proxy that passes everything on."""
+
+
+def backup(self: TaskContext, target: str) -> None:
+    """A bound task body."""
+
+
+@pytest.fixture
+def task(app: pgtasks.App) -> pgtasks.Task:
+    return app.task(name="ocr", queue="ocr")(ocr)
+
+
+@pytest.fixture
+def sapp(dsn: str) -> Iterator[pgtasks.App]:
+    application = pgtasks.App("validation", dsn=dsn, load_entry_points=False)
+    application.task(name="ocr")(ocr)
+    yield application
+    application.close()
+
+
+def _rows(conn: psycopg.Connection[Any], table: str = "jobs") -> int:
+    row = conn.execute(f"SELECT count(*) FROM pgtasks.{table}").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _refused(
+    conn: psycopg.Connection[Any], call: Callable[[], object], *needles: str, error: type = ConfigurationError
+) -> str:
+    """Run ``call``; it must raise ``error`` whose message holds every needle, and write nothing."""
+    jobs, schedules = _rows(conn), _rows(conn, "schedules")
+    with pytest.raises(error) as info:
+        call()
+    assert isinstance(info.value, PgtasksError)
+    message = str(info.value)
+    for needle in needles:
+        assert needle in message, message
+    assert (_rows(conn), _rows(conn, "schedules")) == (jobs, schedules)
+    return message
+
+
+# -- instants ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "eta",
+    [
+        # year 9999 locally, year 10000 in UTC: PostgreSQL stores it, Python cannot read it back
+        dt.datetime(9999, 12, 31, 23, 0, tzinfo=dt.timezone(-dt.timedelta(hours=12))),
+        dt.datetime(9999, 12, 31, 12, 0, tzinfo=dt.UTC),
+        # year 1 locally, year 0 in UTC
+        dt.datetime(1, 1, 1, 1, 0, tzinfo=dt.timezone(dt.timedelta(hours=14))),
+    ],
+    ids=["year-10000-utc", "last-day", "year-0-utc"],
+)
+def test_eta_outside_the_instants_both_sides_hold_is_refused(
+    task: pgtasks.Task, conn: psycopg.Connection[Any], eta: dt.datetime
+) -> None:
+    _refused(conn, lambda: task.apply_async((1,), eta=eta), "eta", MAX_INSTANT.isoformat())
+
+
+def test_eta_at_the_bounds_is_accepted_and_reads_back(app: pgtasks.App, task: pgtasks.Task) -> None:
+    for eta in (MIN_INSTANT, MAX_INSTANT):
+        job = app.get_job(task.apply_async((1,), eta=eta).id)
+        assert job.run_at == eta
+    assert len(app.list_jobs()) == 2
+
+
+def test_eta_out_of_range_in_a_bulk_call_writes_no_job(
+    app: pgtasks.App, task: pgtasks.Task, conn: psycopg.Connection[Any]
+) -> None:
+    far = dt.datetime(9999, 12, 31, 23, tzinfo=dt.timezone(-dt.timedelta(hours=12)))
+    _refused(conn, lambda: app.bulk_apply([task.s(1), task.s(2).set(eta=far)]), "eta")
+    _refused(conn, lambda: task.delay_many([1, 2], eta=far), "eta")
+
+
+def test_countdown_too_large_for_a_float_is_refused(
+    task: pgtasks.Task, conn: psycopg.Connection[Any]
+) -> None:
+    _refused(conn, lambda: task.apply_async((1,), countdown=10**400), "countdown", "315576000")
+
+
+def test_time_limit_beyond_the_longest_delay_is_refused(app: pgtasks.App) -> None:
+    for option in ("time_limit", "soft_time_limit"):
+        with pytest.raises(
+            ConfigurationError, match=f"{option} must be seconds in 0 \\(exclusive\\)..315576000"
+        ):
+            app.task(name=f"slow-{option}", **{option: 1e12})(ocr)
+    assert not {"slow-time_limit", "slow-soft_time_limit"} & set(app.tasks)
+
+
+def test_schedule_time_past_the_last_instant_is_refused(
+    sapp: pgtasks.App, conn: psycopg.Connection[Any]
+) -> None:
+    late = dt.datetime(9999, 12, 30, tzinfo=dt.UTC)
+    _refused(
+        conn,
+        lambda: sapp.schedules.create("yearly", "ocr", "0 0 1 1 *", args=(1,), now=late),
+        "no fire time",
+        error=InvalidSchedule,
+    )
+    _refused(
+        conn,
+        lambda: sapp.schedules.create(
+            "far", "ocr", "0 0 1 1 *", args=(1,), now=dt.datetime.max.replace(tzinfo=dt.UTC)
+        ),
+        "now",
+    )
+    sapp.schedules.create("yearly", "ocr", "0 0 1 1 *", args=(1,))
+    assert sapp.schedules.next_fire_times("yearly", 3, after=dt.datetime(9998, 6, 1, tzinfo=dt.UTC)) == [
+        dt.datetime(9999, 1, 1, tzinfo=dt.UTC)
+    ]
+    with pytest.raises(ConfigurationError, match=re.escape("n must be an int in 0..1000")):
+        sapp.schedules.next_fire_times("yearly", -1)
+
+
+@pytest.mark.parametrize(
+    "countdown", [float("inf"), float("nan"), 10**400, "soon"], ids=["inf", "nan", "huge", "str"]
+)
+def test_a_retry_countdown_no_run_at_can_follow_is_refused(app: pgtasks.App, countdown: Any) -> None:
+    bound = app.task(name="backup", bind=True)(backup)
+    with pytest.raises(ConfigurationError, match="retry countdown must be seconds"):
+        TaskContext.detached(bound, ("/srv",), {}).retry(countdown=countdown)
+    # raised by hand instead: the worker fails the job, saying why, instead of crashing
+    request = Request(id=1, task_name="backup", attempt=1, max_attempts=4)
+    outcome = decide(Retry(countdown=countdown), bound.options, request)
+    assert outcome.status == pgtasks.JobStatus.FAILED
+    assert outcome.error["type"] == "ConfigurationError"
+    assert "retry countdown must be seconds" in outcome.error["message"]
+    assert decide(Retry(countdown=-3), bound.options, request).delay == 0.0  # negative: at once, as before
+
+
+# -- names: size and UTF-8 -------------------------------------------------------------
+
+
+def test_task_name_too_long_or_not_utf8_is_refused(app: pgtasks.App) -> None:
+    with pytest.raises(ConfigurationError, match=f"at most {MAX_KEY_BYTES} are allowed"):
+        app.task(name=LONG)(ocr)
+    with pytest.raises(ConfigurationError, match="lone surrogate at index 3"):
+        app.task(name=SURROGATE)(ocr)
+    assert not {LONG, SURROGATE} & set(app.tasks)
+
+
+def test_schedule_name_not_utf8_is_refused(sapp: pgtasks.App, conn: psycopg.Connection[Any]) -> None:
+    _refused(
+        conn,
+        lambda: sapp.schedules.create(SURROGATE, "ocr", "@daily", args=(1,)),
+        "lone surrogate",
+        error=InvalidSchedule,
+    )
+    with pytest.raises(InvalidSchedule, match="lone surrogate"):
+        sapp.add_periodic_task("@daily", "ocr", name=SURROGATE, args=(1,))
+    assert sapp.schedules.code_defined == {}
+
+
+def test_headers_larger_than_the_bound_are_refused(task: pgtasks.Task, conn: psycopg.Connection[Any]) -> None:
+    big = {"note": "y" * MAX_HEADERS_BYTES}
+    _refused(conn, lambda: task.apply_async((1,), headers=big), "headers", str(MAX_HEADERS_BYTES))
+    _refused(conn, lambda: task.delay_many([1, 2], headers=big), "headers")
+
+
+@pytest.mark.parametrize("parameter", ["queue", "task_name", "tenant"])
+def test_list_jobs_filter_not_utf8_or_too_long_is_refused(app: pgtasks.App, parameter: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"{parameter} .*lone surrogate"):
+        app.list_jobs(**{parameter: SURROGATE})
+    with pytest.raises(ConfigurationError, match=f"at most {MAX_KEY_BYTES}"):
+        app.list_jobs(**{parameter: LONG})
+
+
+def test_schedule_actor_texts_are_checked(sapp: pgtasks.App, conn: psycopg.Connection[Any]) -> None:
+    sapp.schedules.create("nightly", "ocr", "@daily", args=(1,))
+    _refused(conn, lambda: sapp.schedules.trigger("nightly", requested_by=SURROGATE), "requested_by")
+    _refused(conn, lambda: sapp.schedules.trigger("nightly", requested_by=LONG), "requested_by", "1000")
+    with pytest.raises(ConfigurationError, match=r"by .*lone surrogate"):
+        sapp.schedules.pause("nightly", by=SURROGATE)
+    assert sapp.schedules.get("nightly").paused is False
+
+
+# -- the call against the task's signature ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "needle"),
+    [
+        ((1, 2), {}, "too many positional arguments"),
+        ((), {}, "missing a required argument: 'document_id'"),
+        ((1,), {"language": "de"}, "unexpected keyword argument 'language'"),
+        ((1,), {"document_id": 2}, "multiple values for argument 'document_id'"),
+    ],
+    ids=["too-many", "missing", "unknown-keyword", "twice"],
+)
+def test_call_that_does_not_fit_the_signature_is_refused(
+    task: pgtasks.Task,
+    conn: psycopg.Connection[Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    needle: str,
+) -> None:
+    _refused(conn, lambda: task.apply_async(args, kwargs), "'ocr'", needle, "typing=False")
+
+
+def test_fitting_calls_are_accepted(app: pgtasks.App, task: pgtasks.Task) -> None:
+    task.delay(1)
+    task.delay(1, lang="de")
+    task.delay(document_id=3)
+    assert len(app.list_jobs()) == 3
+
+
+def test_bulk_calls_are_checked_against_the_signature(
+    app: pgtasks.App, task: pgtasks.Task, conn: psycopg.Connection[Any]
+) -> None:
+    _refused(conn, lambda: task.delay_many([1, (2, 3)]), "too many positional arguments")
+    _refused(conn, lambda: app.bulk_apply([task.s(1), task.s(1, bogus=True)]), "'bogus'")
+
+
+def test_a_bound_task_is_checked_without_its_context(app: pgtasks.App, conn: psycopg.Connection[Any]) -> None:
+    bound = app.task(name="backup", bind=True)(backup)
+    bound.delay("/srv")
+    _refused(conn, bound.delay, "missing a required argument: 'target'")
+    _refused(conn, lambda: bound.delay("/srv", "/tmp"), "too many positional arguments")
+    assert _rows(conn) == 1
+
+
+def test_typing_false_lets_any_call_through(app: pgtasks.App, conn: psycopg.Connection[Any]) -> None:
+    strict = app.task(name="strict")(ocr)
+    loose = app.task(name="loose", typing=False)(ocr)
+    _refused(conn, lambda: strict.delay(1, 2, 3), "too many")
+    loose.delay(1, 2, 3)
+    assert _rows(conn) == 1
+    with pytest.raises(ConfigurationError, match="typing must be True or False"):
+        app.task(name="odd", typing="no")(ocr)
+
+
+def test_schedule_arguments_are_checked_against_the_signature(
+    sapp: pgtasks.App, conn: psycopg.Connection[Any]
+) -> None:
+    with pytest.raises(ConfigurationError, match="too many positional arguments"):
+        sapp.add_periodic_task("@daily", "ocr", name="two", args=(1, 2))
+    _refused(conn, lambda: sapp.schedules.create("none", "ocr", "@daily"), "missing a required argument")
+    sapp.schedules.create("one", "ocr", "@daily", args=(1,))
+    _refused(conn, lambda: sapp.schedules.change("one", args=(1, 2)), "too many positional arguments")
+    assert sapp.schedules.get("one").args == [1]
+
+
+# -- parameters that would loop or wait forever -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"batch": 0}, "batch must be an int in 1..1000000"),
+        ({"batch": -1}, "batch must be an int in 1..1000000"),
+        ({"older_than": float("nan")}, "older_than must be seconds"),
+        ({"older_than": float("inf")}, "older_than must be seconds"),
+        ({"older_than": -5}, "older_than must be seconds"),
+        ({"status": "queued"}, "status must be one of cancelled, failed, partial_failure, succeeded"),
+    ],
+    ids=["batch-0", "batch-negative", "age-nan", "age-inf", "age-negative", "unfinished-status"],
+)
+def test_purge_refuses_parameters_that_make_no_sense(
+    app: pgtasks.App, task: pgtasks.Task, conn: psycopg.Connection[Any], kwargs: dict[str, Any], needle: str
+) -> None:
+    task.delay(1)
+    conn.execute("UPDATE pgtasks.jobs SET status = 'cancelled', finished_at = now() - interval '30 days'")
+    _refused(conn, lambda: app.purge(**kwargs), needle)
+    assert _rows(conn) == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"limit": 0}, "limit must be an int in 1..1000"),
+        ({"limit": 10**6}, "limit must be an int in 1..1000"),
+        ({"status": "bogus"}, "status must be one of"),
+        ({"before_id": 2**70}, "before_id must be an int in"),
+    ],
+    ids=["limit-0", "limit-huge", "unknown-status", "id-past-bigint"],
+)
+def test_list_jobs_refuses_bounds_out_of_range(app: pgtasks.App, kwargs: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigurationError, match=needle):
+        app.list_jobs(**kwargs)
+
+
+@pytest.mark.parametrize("job_id", ["abc", 2**70, 1.5, None])
+def test_job_ids_outside_bigint_are_refused(
+    app: pgtasks.App, task: pgtasks.Task, conn: psycopg.Connection[Any], job_id: Any
+) -> None:
+    task.delay(1)
+    for call in (app.get_job, app.cancel, app.requeue, app.AsyncResult):
+        _refused(conn, lambda call=call: call(job_id), "job", "9223372036854775807")
+    assert app.list_jobs()[0].status == "queued"
+
+
+def test_schedule_history_refuses_an_id_past_bigint(sapp: pgtasks.App) -> None:
+    sapp.schedules.create("nightly", "ocr", "@daily", args=(1,))
+    with pytest.raises(ConfigurationError, match="before_id must be an int"):
+        sapp.schedules.history("nightly", before_id=2**70)
+
+
+@pytest.mark.parametrize(
+    "timeout", [float("nan"), float("inf"), -1, 10**400], ids=["nan", "inf", "negative", "huge"]
+)
+def test_result_get_refuses_a_timeout_it_cannot_keep(task: pgtasks.Task, timeout: float) -> None:
+    result = task.delay(1)  # stays queued: nobody runs it
+    outcome: list[BaseException | None] = []
+
+    def wait() -> None:
+        try:
+            result.get(timeout=timeout)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    waiter.join(10)
+    assert outcome, "get() kept waiting"
+    assert isinstance(outcome[0], ConfigurationError), outcome
+    assert "timeout must be seconds" in str(outcome[0])
+
+
+# -- settings ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"pool_size": "8"}, "pool_size must be an int in 1..1000"),
+        ({"pool_size": 10**6}, "pool_size must be an int in 1..1000"),
+        ({"prepare_threshold": -1}, "prepare_threshold must be an int in 0.."),
+        ({"load_entry_points": "no"}, "load_entry_points must be True or False"),
+        ({"dsn": "postgresql:///x\x00"}, "NUL"),
+        ({"dsn": "postgresql:///x?password=" + "s" * 9000}, "at most 8192"),
+    ],
+    ids=["pool-str", "pool-huge", "prepare-negative", "autoload-str", "dsn-nul", "dsn-huge"],
+)
+def test_settings_refuse_values_of_the_wrong_type_or_range(kwargs: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigurationError, match=needle) as info:
+        Settings(**{"dsn_source": "argument", **kwargs})
+    assert "sssss" not in str(info.value)  # a DSN is never echoed: it may hold a password
+
+
+def test_settings_from_env_refuses_an_unknown_override() -> None:
+    with pytest.raises(ConfigurationError, match=r"unknown setting.*poolsize"):
+        Settings.from_env("postgresql:///x", environ={}, poolsize=3)
