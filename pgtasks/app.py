@@ -30,6 +30,7 @@ from pgtasks.validation import (
     check_job_id,
     check_seconds,
     check_text,
+    short,
 )
 
 if TYPE_CHECKING:
@@ -188,7 +189,14 @@ class App:
         return register(fn) if fn is not None else register
 
     def register_task(self, fn: Callable[..., Any], **options: Any) -> Task:
-        """Register ``fn`` with options (what ``@app.task`` does)."""
+        """Register ``fn`` with options (what ``@app.task`` does).
+
+        Raises:
+            ConfigurationError: ``fn`` is not callable, an unknown option, a bad
+                value, or a name already registered to another function.
+        """
+        if not callable(fn):
+            raise ConfigurationError(f"a task must wrap a function, got {short(fn)}")
         known = set(TaskOptions.__dataclass_fields__)
         unknown = sorted(set(options) - known)
         if unknown:

@@ -257,6 +257,9 @@ class Task:
         options: its `TaskOptions`.
         enqueuer: what writes its jobs (`pgtasks.enqueue.JobEnqueuer`); default ``app``.
 
+    Raises:
+        ConfigurationError: ``fn`` is not callable.
+
     Attributes:
         app, fn, options: as given.
     """
@@ -264,6 +267,8 @@ class Task:
     def __init__(
         self, app: Engine, fn: Callable[..., Any], options: TaskOptions, *, enqueuer: Enqueuer | None = None
     ) -> None:
+        if not callable(fn):
+            raise ConfigurationError(f"task {options.name!r} must wrap a function, got {short(fn)}")
         self.app = app
         self._enqueuer: Enqueuer = app if enqueuer is None else enqueuer
         self.fn = fn

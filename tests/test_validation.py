@@ -23,6 +23,7 @@ from pgtasks.context import Request, TaskContext
 from pgtasks.errors import ConfigurationError, InvalidSchedule, PgtasksError, Retry
 from pgtasks.settings import Settings
 from pgtasks.validation import MAX_HEADERS_BYTES, MAX_INSTANT, MAX_KEY_BYTES, MIN_INSTANT
+from pgtasks.worker.config import WorkerConfig
 from pgtasks.worker.outcome import decide
 
 LONG = "x" * 10_000
@@ -190,6 +191,29 @@ def test_schedule_name_not_utf8_is_refused(sapp: pgtasks.App, conn: psycopg.Conn
     assert sapp.schedules.code_defined == {}
 
 
+@pytest.mark.parametrize("operation", ["trigger", "pause", "resume", "delete", "change", "history"])
+def test_schedule_operations_refuse_a_name_that_is_not_utf8(sapp: pgtasks.App, operation: str) -> None:
+    with pytest.raises(InvalidSchedule, match="lone surrogate"):
+        getattr(sapp.schedules, operation)(SURROGATE)
+
+
+def test_schedule_args_given_as_a_string_are_refused(
+    sapp: pgtasks.App, conn: psycopg.Connection[Any]
+) -> None:
+    _refused(
+        conn,
+        lambda: sapp.schedules.create("daily", "ocr", "@daily", args="7"),  # type: ignore[arg-type]
+        "args must be a tuple or list, not str",
+        error=InvalidSchedule,
+    )
+
+
+def test_a_task_must_wrap_a_function(app: pgtasks.App) -> None:
+    with pytest.raises(ConfigurationError, match="must wrap a function, got 42"):
+        app.task(name="number")(42)  # type: ignore[call-overload]
+    assert "number" not in app.tasks
+
+
 def test_headers_larger_than_the_bound_are_refused(task: pgtasks.Task, conn: psycopg.Connection[Any]) -> None:
     big = {"note": "y" * MAX_HEADERS_BYTES}
     _refused(conn, lambda: task.apply_async((1,), headers=big), "headers", str(MAX_HEADERS_BYTES))
@@ -354,6 +378,31 @@ def test_result_get_refuses_a_timeout_it_cannot_keep(task: pgtasks.Task, timeout
     assert outcome, "get() kept waiting"
     assert isinstance(outcome[0], ConfigurationError), outcome
     assert "timeout must be seconds" in str(outcome[0])
+
+
+# -- worker configuration --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"queues": ("ocr", LONG)}, "at most 1000"),
+        ({"queues": (SURROGATE,)}, "lone surrogate"),
+        ({"queues": "ocr"}, "queues must be a non-empty tuple"),
+        ({"concurrency": 10**6}, "concurrency must be an int in 1..10000"),
+        ({"poll_interval": 1e300}, "poll_interval must be seconds"),
+        ({"lease_timeout": "30"}, "lease_timeout must be seconds"),
+        ({"completion_delay": float("nan")}, "completion_delay must be seconds"),
+        ({"hostname": SURROGATE}, "hostname"),
+        ({"worker_id": LONG}, "worker_id"),
+        ({"listen": "no"}, "listen must be True or False"),
+    ],
+    ids=["queue-long", "queue-surrogate", "queues-str", "concurrency", "poll", "lease-str", "delay-nan",
+         "hostname", "worker-id", "listen"],
+)  # fmt: skip
+def test_worker_config_refuses_values_of_the_wrong_type_or_range(kwargs: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(needle)):
+        WorkerConfig(**kwargs)
 
 
 # -- settings ---------------------------------------------------------------------------

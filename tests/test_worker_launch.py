@@ -50,7 +50,7 @@ def test_a_launch_survives_its_json_form() -> None:
         ("not json", "not a worker launch spec"),
         ("[]", "not a worker launch spec"),
         ('{"app_spec": "m:app"}', "not a worker launch spec"),
-        ("concurrency0", "concurrency must be an int >= 1"),
+        ("concurrency0", "concurrency must be an int in 1..10000"),
         ("extra-field", "not a worker launch spec"),
     ],
 )

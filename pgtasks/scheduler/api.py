@@ -335,10 +335,12 @@ class Schedules:
 
         Raises:
             ScheduleNotFound: no such schedule.
+            InvalidSchedule: ``name`` is not a schedule name (see `check_schedule_name`).
             InvalidSchedule, SerializationError, ConfigurationError: refused change
                 (unknown field, bad value, arguments that do not fit the task's
                 signature, dependency cycle); nothing is written.
         """
+        check_schedule_name(name)
         unknown = sorted(set(changes) - CHANGEABLE)
         if unknown:
             raise InvalidSchedule(
@@ -390,7 +392,9 @@ class Schedules:
 
         Raises:
             ScheduleNotFound: no such schedule.
+            InvalidSchedule: ``name`` is not a schedule name (see `check_schedule_name`).
         """
+        check_schedule_name(name)
         self._ensure_synced()
         if not self._stores.schedules.delete(name=name):
             raise ScheduleNotFound(name)
@@ -408,10 +412,12 @@ class Schedules:
 
         Raises:
             ScheduleNotFound: no such schedule.
+            InvalidSchedule: ``name`` is not a schedule name (see `check_schedule_name`).
             ConfigurationError: ``by`` is not text of at most
                 `pgtasks.validation.MAX_KEY_BYTES` bytes, or ``now`` not an instant
                 pgtasks stores.
         """
+        check_schedule_name(name)
         if by is not None:
             check_text("by", by)
         if now is not None:
@@ -432,10 +438,12 @@ class Schedules:
 
         Raises:
             ScheduleNotFound: no such schedule.
+            InvalidSchedule: ``name`` is not a schedule name (see `check_schedule_name`).
             InvalidSchedule: its stored cron expression or time zone is refused
                 (fix it with `change`).
             ConfigurationError: ``now`` is not an instant pgtasks stores.
         """
+        check_schedule_name(name)
         if now is not None:
             check_instant("now", now)
         self._ensure_synced()
@@ -469,12 +477,14 @@ class Schedules:
 
         Raises:
             ScheduleNotFound: no such schedule.
+            InvalidSchedule: ``name`` is not a schedule name (see `check_schedule_name`).
             RunAlreadyActive: ``overlap="skip"`` and a run is queued or running;
                 ``run_id`` names it.
             ConfigurationError: ``requested_by`` is not text of at most
                 `pgtasks.validation.MAX_KEY_BYTES` bytes, or ``now`` not an instant
                 pgtasks stores (nothing is written).
         """
+        check_schedule_name(name)
         if requested_by is not None:
             check_text("requested_by", requested_by)
         if now is not None:
@@ -515,9 +525,11 @@ class Schedules:
 
         Raises:
             ScheduleNotFound: no such schedule and no runs under that name.
-            InvalidSchedule: a page or page size out of range.
+            InvalidSchedule: a page or page size out of range, or ``name`` is not a
+                schedule name.
             ConfigurationError: ``before_id`` is not an int in PostgreSQL's bigint range.
         """
+        check_schedule_name(name)
         if before_id is not None:
             check_job_id("before_id", before_id)
         if type(page) is not int or page < 1:

@@ -225,6 +225,8 @@ class ScheduleSpec:
         opts = task.options
         if isinstance(after, str):
             raise InvalidSchedule(f"after must be a list of schedule names, not the str {after!r}")
+        if isinstance(args, str | bytes | Mapping):
+            raise InvalidSchedule(f"args must be a tuple or list, not {type(args).__name__}")
         args_tuple = tuple(args)
         kwargs_dict = dict(kwargs or {})
         task.check_call(args_tuple, kwargs_dict)

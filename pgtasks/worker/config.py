@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 from dataclasses import dataclass, field
 
 from pgtasks.errors import ConfigurationError
+from pgtasks.validation import check_bool, check_int, check_seconds, check_text, short
 
 __all__ = ["WorkerConfig", "make_worker_id"]
 
 POOLS = ("threads", "processes")
 UNKNOWN_TASK_POLICIES = ("fail", "defer")
+#: Most of each count a worker takes (a typo such as ``-c 40000`` is refused, not tried).
+COUNT_LIMITS = {
+    "concurrency": 10_000,
+    "prefetch_multiplier": 1000,
+    "max_tenants_per_claim": 100_000,
+    "completion_batch": 100_000,
+}
+#: Most UTF-8 bytes of a host name (RFC 1035's 255, part of a worker id that is indexed).
+MAX_HOSTNAME_BYTES = 255
 
 
 def make_worker_id(hostname: str | None = None) -> str:
@@ -56,6 +65,12 @@ class WorkerConfig:
         app_spec: ``module:attribute`` of the app, needed by the processes pool.
         plugins: plugin modules (``--plugin``) the processes pool's children
             register too (the worker's own app has them already).
+
+    Raises:
+        ConfigurationError: a field of the wrong type or out of range, naming it and
+            the limit (queues and the worker id as `pgtasks.validation.check_text`:
+            at most 1,000 bytes of valid UTF-8; counts up to `COUNT_LIMITS`; seconds
+            finite and at most `pgtasks.validation.MAX_DELAY`).
     """
 
     queues: tuple[str, ...] = ("default",)
@@ -81,24 +96,33 @@ class WorkerConfig:
     plugins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.queues or any(not isinstance(q, str) or not q for q in self.queues):
-            raise ConfigurationError(f"queues must be non-empty names, got {self.queues!r}")
+        if isinstance(self.queues, str) or not self.queues:
+            raise ConfigurationError(
+                f"queues must be a non-empty tuple of queue names, got {short(self.queues)}"
+            )
+        for queue in self.queues:
+            check_text("queue", queue)
         if self.pool not in POOLS:
-            raise ConfigurationError(f"pool must be one of {', '.join(POOLS)}, got {self.pool!r}")
+            raise ConfigurationError(f"pool must be one of {', '.join(POOLS)}, got {short(self.pool)}")
         if self.unknown_tasks not in UNKNOWN_TASK_POLICIES:
             raise ConfigurationError(f"unknown_tasks must be one of {UNKNOWN_TASK_POLICIES}")
-        for name in ("concurrency", "prefetch_multiplier", "max_tenants_per_claim", "completion_batch"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
+        for name, high in COUNT_LIMITS.items():
+            check_int(name, getattr(self, name), 1, high)
         for name in ("lease_timeout", "poll_interval", "shutdown_timeout", "reap_interval"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-                raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
-        if self.heartbeat_interval is not None and not 0 < self.heartbeat_interval < self.lease_timeout:
-            raise ConfigurationError("heartbeat_interval must be positive and below lease_timeout")
-        if self.max_tasks_per_child is not None and self.max_tasks_per_child < 1:
-            raise ConfigurationError("max_tasks_per_child must be >= 1")
+            check_seconds(name, getattr(self, name), positive=True)
+        check_seconds("completion_delay", self.completion_delay)
+        if self.heartbeat_interval is not None:
+            check_seconds("heartbeat_interval", self.heartbeat_interval, positive=True)
+            if not self.heartbeat_interval < self.lease_timeout:
+                raise ConfigurationError("heartbeat_interval must be positive and below lease_timeout")
+        if self.max_tasks_per_child is not None:
+            check_int("max_tasks_per_child", self.max_tasks_per_child, 1, 2**31 - 1)
+        if self.hostname is not None:
+            check_text("hostname", self.hostname, max_bytes=MAX_HOSTNAME_BYTES)
+        if self.worker_id:
+            check_text("worker_id", self.worker_id)
+        for label in ("listen", "tenant_fair", "burst"):
+            check_bool(label, getattr(self, label))
         if self.pool == "processes" and not self.app_spec:
             raise ConfigurationError("the processes pool needs the app's import path (-A module:app)")
         if not self.worker_id:
