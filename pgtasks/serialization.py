@@ -21,7 +21,9 @@ Stored as a tagged object ``{"$pgtasks": TYPE, "v": VALUE}`` and rebuilt on read
 * ``datetime`` (naive, ``datetime.timezone`` offset with its name, or an IANA
   ``zoneinfo.ZoneInfo`` zone, whose key is kept), ``date``, ``time`` (likewise),
   ``timedelta``,
-  ``uuid.UUID``, ``decimal.Decimal``, ``bytes`` (base64).
+  ``uuid.UUID``, ``decimal.Decimal``, ``bytes`` (base64);
+* `pgtasks.secret_ref.SecretRef` (``"env:NAME"``): a reference to a secret the
+  worker resolves, never the secret.
 
 Refused: ``Enum`` members (pass ``.value``), dataclasses and other objects (pass
 ``dataclasses.asdict(obj)`` or an id), ``bytearray``/``memoryview`` (pass
@@ -36,7 +38,9 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import json
 import math
+import re
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
@@ -46,11 +50,14 @@ from zoneinfo import ZoneInfo
 import orjson
 
 from pgtasks.errors import SerializationError
+from pgtasks.secret_ref import SecretRef, secret_from_text
 
 __all__ = ["TAG", "Undecodable", "decode", "dumps", "encode", "loads_json", "undecodable"]
 
 TAG: Final = "$pgtasks"
 _TAG_BYTES: Final = b'"$pgtasks"'
+# 19 digits in a row: the shortest integer orjson may read as a float (below -2**63).
+_LONG_DIGITS: Final = re.compile(rb"[0-9]{19}")
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 # orjson refuses to write more than 254 nested arrays/objects; a tagged container
@@ -106,19 +113,27 @@ def _encode_tz(tz: dt.tzinfo | None, path: str) -> str | float | list[Any] | Non
         offset = tz.utcoffset(None).total_seconds()
         name = tz.tzname(None)
         if name != dt.timezone(dt.timedelta(seconds=offset)).tzname(None):
+            _check_str(name, f"{path} time zone name")  # jsonb refuses NUL; UTF-8 lone surrogates
             return [offset, name]  # a named offset, e.g. timezone(timedelta(hours=1), "CET")
         return offset
     raise SerializationError(path, f"time zone {tz!r} is not a zoneinfo.ZoneInfo or datetime.timezone")
 
 
 def _decode_tz(value: Any) -> dt.tzinfo | None:
+    """The time zone `_encode_tz` wrote: None, an IANA key, an offset in seconds, or
+    ``[offset, name]``; anything else is refused (`SerializationError`)."""
+    kind = type(value)
     if value is None:
         return None
-    if isinstance(value, str):
+    if kind is str:
         return ZoneInfo(value)
-    if isinstance(value, list):
-        return dt.timezone(dt.timedelta(seconds=float(value[0])), str(value[1]))
-    return dt.timezone(dt.timedelta(seconds=float(value)))
+    if kind is int or kind is float:
+        return dt.timezone(dt.timedelta(seconds=value))
+    if kind is list and len(value) == 2 and type(value[0]) in (int, float) and type(value[1]) is str:
+        return dt.timezone(dt.timedelta(seconds=value[0]), value[1])
+    raise SerializationError(
+        "stored value", f"a time zone is a name, an offset or [offset, name], not {value!r}"
+    )
 
 
 # Floats whose magnitude lies in [PLAIN_FLOAT_MIN, PLAIN_FLOAT_MAX) are stored as they
@@ -210,6 +225,8 @@ def encode(value: Any, path: str = "value", _depth: int = 0) -> Any:
         return _tag("decimal", str(value))
     if kind is bytes:
         return _tag("bytes", base64.b64encode(value).decode("ascii"))
+    if kind is SecretRef:
+        return _tag("secret", value.text)
     return _refuse(value, path)
 
 
@@ -249,16 +266,33 @@ def decode(data: Any) -> Any:
     kind = type(data)
     if kind is list:
         return [decode(item) for item in data]
+    if kind is dict and data.get(TAG) == "secret":  # a reference, resolved by the worker only
+        return secret_from_text(data.get("v"))
     if kind is dict:
-        tag = data.get(TAG)
-        if tag is None:
+        if TAG not in data:
             return {key: decode(item) for key, item in data.items()}
-        return _decode_tagged(tag, data)
+        return _decode_tagged(data[TAG], data)
     return data
 
 
-def _decode_tagged(tag: str, data: dict[str, Any]) -> Any:
-    value = data["v"]
+_ARRAY_TAGS: Final = frozenset({"tuple", "set", "frozenset"})
+_TEXT_TAGS: Final = frozenset({"int", "float", "datetime", "date", "time", "uuid", "decimal", "bytes"})
+_INT_TEXT: Final = re.compile(r"-?[0-9]+")
+
+
+def _decode_tagged(tag: object, data: dict[str, Any]) -> Any:
+    """The value of a tagged object, which must have the shape `encode` writes.
+
+    Raises:
+        SerializationError: an unknown tag, or a value of the wrong shape (a row
+            written by SQL: ``{"$pgtasks": "tuple", "v": "abc"}`` is refused, not
+            read as ``("a", "b", "c")``).
+        KeyError, ValueError, TypeError, OverflowError: a value that does not parse.
+    """
+    if type(tag) is not str or (tag not in _ARRAY_TAGS and tag not in _TEXT_TAGS and tag != "timedelta"):
+        raise SerializationError("stored value", f"unknown type tag {tag!r}")
+    value: Any = data["v"]
+    _check_shape(tag, value)
     if tag == "tuple":
         return tuple(decode(item) for item in value)
     if tag == "set":
@@ -266,28 +300,43 @@ def _decode_tagged(tag: str, data: dict[str, Any]) -> Any:
     if tag == "frozenset":
         return frozenset(decode(item) for item in value)
     if tag == "int":
+        if _INT_TEXT.fullmatch(value) is None:  # int() would take " 1", "1_000" and other scripts' digits
+            raise ValueError(f"invalid literal for int() with base 10: {value[:40]!r}")
         return int(value)
     if tag == "float":
         return float(value)
     if tag == "datetime":
-        return dt.datetime.fromisoformat(value).replace(
-            tzinfo=_decode_tz(data.get("tz")), fold=data.get("fold", 0)
-        )
+        return dt.datetime.fromisoformat(value).replace(tzinfo=_decode_tz(data.get("tz")), fold=_fold(data))
     if tag == "date":
         return dt.date.fromisoformat(value)
     if tag == "time":
-        return dt.time.fromisoformat(value).replace(
-            tzinfo=_decode_tz(data.get("tz")), fold=data.get("fold", 0)
-        )
+        return dt.time.fromisoformat(value).replace(tzinfo=_decode_tz(data.get("tz")), fold=_fold(data))
     if tag == "timedelta":
+        if len(value) != 3 or any(type(part) is not int for part in value):
+            raise SerializationError(
+                "stored value", "a timedelta holds [days, seconds, microseconds] as ints"
+            )
         return dt.timedelta(days=value[0], seconds=value[1], microseconds=value[2])
     if tag == "uuid":
         return uuid.UUID(value)
     if tag == "decimal":
         return Decimal(value)
-    if tag == "bytes":
-        return base64.b64decode(value)
-    raise SerializationError("stored value", f"unknown type tag {tag!r}")
+    return base64.b64decode(value, validate=True)  # bytes: base64 only, not skipping stray characters
+
+
+def _check_shape(tag: str, value: object) -> None:
+    """Refuse a tagged value of the wrong JSON type: containers and timedelta hold an array, the rest text."""
+    wants_array = tag in _ARRAY_TAGS or tag == "timedelta"
+    if type(value) is not (list if wants_array else str):
+        shape = "an array" if wants_array else "text"
+        raise SerializationError("stored value", f"a {tag} holds {shape}, not {type(value).__name__}")
+
+
+def _fold(data: dict[str, Any]) -> int:
+    fold = data.get("fold", 0)
+    if type(fold) is not int or fold not in (0, 1):
+        raise SerializationError("stored value", f"fold is 0 or 1, not {fold!r}")
+    return fold
 
 
 def _plain(value: Any, depth: int = 0) -> bool:
@@ -356,8 +405,15 @@ def dumps(value: Any, path: str = "value") -> str:
 
 
 def loads_json(raw: bytes) -> Any:
-    """Decode JSON text read from jsonb; tagged values are rebuilt only when present."""
+    """Decode JSON text read from jsonb; tagged values are rebuilt only when present.
+
+    A plain JSON integer beyond 64 bits (written by SQL: pgtasks tags those) is read
+    exactly, as an ``int``: orjson alone would read it as a float, changing its type
+    and value. A number beyond a float stays an error (orjson's).
+    """
     data = orjson.loads(raw)
+    if _LONG_DIGITS.search(raw) is not None:  # an integer of 19+ digits may be one: read exactly
+        data = json.loads(raw)
     if _TAG_BYTES in raw:
         return decode(data)
     return data

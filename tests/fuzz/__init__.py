@@ -1,0 +1,1 @@
+"""Fuzz tests of pgtasks' public boundary (hypothesis); see docs/fuzzing.md."""
