@@ -25,6 +25,7 @@ from pgtasks.result import AsyncResult
 from pgtasks.settings import Settings
 from pgtasks.states import JobStatus, Trigger
 from pgtasks.task import Signature, Task, TaskOptions
+from pgtasks.tenancy import TenantScope
 
 if TYPE_CHECKING:
     from pgtasks.scheduler import Run, Schedule, ScheduleSpec
@@ -45,6 +46,7 @@ __all__ = [
     "Task",
     "TaskContext",
     "TaskOptions",
+    "TenantScope",
     "Trigger",
     "__version__",
     "errors",

@@ -21,6 +21,7 @@ from pgtasks.result import AsyncResult
 from pgtasks.settings import Settings
 from pgtasks.states import TERMINAL, ErrorCode, FailureClass, JobStatus
 from pgtasks.task import Signature, Task, TaskOptions
+from pgtasks.tenancy import TenantScope
 from pgtasks.validation import (
     MAX_BATCH,
     MAX_PAGE_SIZE,
@@ -339,6 +340,25 @@ class App:
             app=self, query=query, tenant=tenant, limit=limit, language=language
         )
         return list(hits or [])
+
+    # -- tenants -------------------------------------------------------------------
+
+    def tenant(self, tenant: str) -> TenantScope:
+        """A handle whose every operation acts only on ``tenant``'s jobs: enqueue
+        (``send_task``, ``apply_async``, ``delay``, ``bind(task)``), ``AsyncResult``,
+        ``get_job``, ``cancel``, ``requeue``, ``list_jobs``, ``search``. Another
+        tenant's job id behaves as an id no job has. See `pgtasks.TenantScope` and
+        docs/security.md; the methods of the app itself stay the operator's view
+        across tenants.
+
+        Args:
+            tenant: a non-empty string without NUL, at most
+                `pgtasks.validation.MAX_KEY_BYTES` bytes in UTF-8.
+
+        Raises:
+            ConfigurationError: ``tenant`` is not such a string.
+        """
+        return TenantScope(self, tenant)
 
     # -- jobs ----------------------------------------------------------------------
 

@@ -109,10 +109,23 @@ class JobStore:
 
     Args:
         database: the `Database` that runs the statements.
+        tenant: None (the operator's view: every tenant's jobs), or a tenant whose
+            jobs alone the lookups and operator actions see: `get`, `status`,
+            `cancel`, `requeue`, `find_unique` and `list` (`scoped` makes one). The
+            tenant is a condition of each statement (``AND tenant = ...`` on the
+            primary-key lookup), so another tenant's id reads as no job at all. The
+            enqueue, claim, outcome and maintenance methods are the engine's and are
+            not scoped.
     """
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, *, tenant: str | None = None) -> None:
         self.database = database
+        self.tenant = tenant
+
+    def scoped(self, tenant: str) -> JobStore:
+        """A store over the same database whose lookups and operator actions see only
+        ``tenant``'s jobs (see the class docstring)."""
+        return JobStore(self.database, tenant=tenant)
 
     # -- enqueue -------------------------------------------------------------------
 
@@ -155,8 +168,10 @@ class JobStore:
         raise AlreadyQueued(job.unique_key, -1)
 
     def find_unique(self, *, unique_key: str, conn: AnyConnection | None = None) -> int | None:
-        """The id of the unfinished job holding ``unique_key``, or None."""
-        row = self.database.fetch_one("job_find_unique", {"unique_key": unique_key}, conn=conn)
+        """The id of the unfinished job holding ``unique_key``, or None (also when a
+        scoped store's tenant does not own it)."""
+        params = {"unique_key": unique_key, "tenant": self.tenant}
+        row = self.database.fetch_one("job_find_unique", params, conn=conn)
         return None if row is None else int(row["id"])
 
     def insert_many(
@@ -216,16 +231,17 @@ class JobStore:
         """The job with this id.
 
         Raises:
-            JobNotFound: no job has this id.
+            JobNotFound: no job has this id (in a scoped store: none of its tenant's).
         """
-        row = self.database.fetch_one("job_get", {"id": id}, conn=conn)
+        row = self.database.fetch_one("job_get", {"id": id, "tenant": self.tenant}, conn=conn)
         if row is None:
             raise JobNotFound(id)
         return Job.from_row(row)
 
     def status(self, *, id: int, conn: AnyConnection | None = None) -> StoredJobStatus | None:
-        """The job's status, result and error, or None if no job has this id."""
-        row = self.database.fetch_one("job_status", {"id": id}, conn=conn)
+        """The job's status, result and error, or None if no job has this id (in a
+        scoped store: none of its tenant's)."""
+        row = self.database.fetch_one("job_status", {"id": id, "tenant": self.tenant}, conn=conn)
         if row is None:
             return None
         return StoredJobStatus(status=str(row["status"]), result=row["result"], error=row["error"])
@@ -464,9 +480,13 @@ class JobStore:
 
         Returns:
             The status the job had: ``"queued"`` (it is now cancelled) or ``"running"``
-            (its worker is asked to stop); None if the job is finished or does not exist.
+            (its worker is asked to stop); None if the job is finished or does not exist
+            (in a scoped store: is not its tenant's).
         """
-        params = {"id": id, "now": now, "error": dumps(dict(error), "error"), "terminate": terminate}
+        params = {
+            "id": id, "now": now, "error": dumps(dict(error), "error"), "terminate": terminate,
+            "tenant": self.tenant,
+        }  # fmt: skip
         row = self.database.fetch_one("job_cancel", params)
         return None if row is None else str(row["old_status"])
 
@@ -475,14 +495,14 @@ class JobStore:
         round of attempts (a fresh budget; attempts numbered on), recording the requeue
         in its history as asked by ``by`` (the actor: ``"api"``, ``"cli:<os user>"``, or
         a caller's text); False if the job is not in one of those statuses (or none
-        has this id).
+        has this id; in a scoped store: none of its tenant's).
 
         Raises:
             AlreadyQueued: another unfinished job now holds the job's unique key; the
                 job is left as it was.
             DatabaseError: PostgreSQL refused the write otherwise.
         """
-        params = {"id": id, "by": by, "now": now}
+        params = {"id": id, "by": by, "now": now, "tenant": self.tenant}
         for _ in range(_UNIQUE_ATTEMPTS):
             try:
                 return self.database.fetch_one("job_requeue", params) is not None
@@ -554,7 +574,15 @@ class JobStore:
         before_id: int | None = None,
         limit: int = 50,
     ) -> list[Job]:
-        """Jobs newest first, filtered (None: any); ``before_id`` pages on."""
+        """Jobs newest first, filtered (None: any); ``before_id`` pages on.
+
+        In a scoped store only its tenant's jobs: ``tenant`` then filters nothing more
+        when it is None or the same, and a different one matches no job.
+        """
+        if self.tenant is not None:
+            if tenant is not None and tenant != self.tenant:
+                return []
+            tenant = self.tenant
         params = {
             "status": status, "queue": queue, "task_name": task_name, "tenant": tenant,
             "before_id": before_id, "limit": limit,

@@ -135,21 +135,25 @@ SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit,
        (SELECT count(pg_notify('pgtasks_jobs', p)) FROM unnest(%(payloads)s::text[]) AS p) AS sent;
 
 -- name: job_find_unique
--- The unfinished job that holds a unique key.
+-- The unfinished job that holds a unique key; with %(tenant)s, only if it is that
+-- tenant's (a tenant handle never learns the id of another tenant's job).
 SELECT id FROM pgtasks.jobs
-WHERE unique_key = %(unique_key)s AND status IN ('queued', 'running');
+WHERE unique_key = %(unique_key)s AND status IN ('queued', 'running')
+  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- ======================================================================
 -- Jobs: read
 -- ======================================================================
 
 -- name: job_get
--- One job by id, every column.
-SELECT * FROM pgtasks.jobs WHERE id = %(id)s;
+-- One job by id, every column. %(tenant)s NULL: any tenant's (the operator's view);
+-- else only that tenant's, so another tenant's id reads as no job at all, by the same
+-- primary-key lookup (the tenant is a filter on the one row found, not a second query).
+SELECT * FROM pgtasks.jobs WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- name: job_status
--- Status, result and error of one job (what AsyncResult polls).
-SELECT id, status, result, error FROM pgtasks.jobs WHERE id = %(id)s;
+-- Status, result and error of one job (what AsyncResult polls); %(tenant)s as job_get.
+SELECT id, status, result, error FROM pgtasks.jobs WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- name: job_list
 -- Jobs filtered by optional status, queue, task, tenant; newest first, keyset-paginated by id.
@@ -603,9 +607,11 @@ RETURNING cancel_requested;
 
 -- name: job_cancel
 -- Cancel a job: a queued one ends at once, a running one is flagged (and its worker told).
+-- %(tenant)s as job_get: another tenant's job is not touched.
 WITH target AS (
     SELECT id, status AS old_status FROM pgtasks.jobs
     WHERE id = %(id)s AND status IN ('queued', 'running')
+      AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
     FOR UPDATE
 ), upd AS (
     UPDATE pgtasks.jobs j
@@ -635,7 +641,8 @@ FROM upd;
 -- (attempt_base + attempt). The requeue is appended to the history: when, by whom, from
 -- which status, after which attempt. The error stays (the last attempt's) until an
 -- attempt of the new round ends. Fails with a unique violation (23505) when an unfinished
--- job now holds the job's unique key: the store maps it to AlreadyQueued.
+-- job now holds the job's unique key: the store maps it to AlreadyQueued. %(tenant)s as
+-- job_get: another tenant's job is not touched.
 UPDATE pgtasks.jobs
 SET status = 'queued', finished_at = NULL, worker_id = NULL, started_at = NULL,
     heartbeat_at = NULL, run_at = coalesce(%(now)s::timestamptz, now()),
@@ -644,6 +651,7 @@ SET status = 'queued', finished_at = NULL, worker_id = NULL, started_at = NULL,
         'event', 'requeue', 'by', %(by)s::text, 'at', coalesce(%(now)s::timestamptz, now()),
         'from_status', status, 'after_attempt', attempt_base + attempt))
 WHERE id = %(id)s AND status IN ('failed', 'cancelled', 'partial_failure')
+  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 RETURNING id, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
 
 -- name: job_cancel_requested

@@ -1,0 +1,359 @@
+"""`TenantScope`: the API of one tenant, what ``app.tenant("acme")`` returns.
+
+Many tenants share one database (every job row carries its ``tenant``). A
+`TenantScope` is the view a tenant's code (a request handler acting for tenant
+``acme``) should hold: every operation acts only on that tenant's jobs.
+
+- enqueue: ``send_task(name, ...)``, ``apply_async(task, ...)``, ``delay(task, ...)``
+  and ``bind(task).delay(...)`` write jobs of the handle's tenant; a ``tenant=``
+  option that names another is refused (`ConfigurationError`, nothing written);
+- lookups and actions: ``AsyncResult(id)``, ``get_job``, ``cancel``/``cancel_job``,
+  ``requeue``, ``list_jobs``, ``search``: another tenant's job id behaves exactly as
+  an id no job has (`JobNotFound`, same message), because the tenant is a condition
+  of the one statement that looks the job up (``WHERE id = ... AND tenant = ...``
+  on the primary key), not a comparison made after reading the row;
+- results it returns (`pgtasks.AsyncResult`) read through the handle, so they stay
+  scoped too.
+
+The unscoped `pgtasks.App` API stays the operator's view across tenants. A handle is
+not a security boundary against code that holds the DSN or the `App`: see
+docs/security.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from pgtasks.errors import AlreadyQueued, ConfigurationError, JobNotFound
+from pgtasks.result import AsyncResult
+from pgtasks.states import ErrorCode, FailureClass, JobStatus
+from pgtasks.task import Task
+from pgtasks.validation import (
+    MAX_PAGE_SIZE,
+    check_bool,
+    check_choice,
+    check_int,
+    check_job_id,
+    check_text,
+    short,
+)
+
+if TYPE_CHECKING:
+    from pgtasks.db import Stores
+    from pgtasks.ports import Engine
+    from pgtasks.records import Job
+
+__all__ = ["TenantScope", "TenantTask"]
+
+#: Longest actor text ``requeue(by=)`` records (as `pgtasks.App.requeue`).
+REQUEUE_BY_MAX_CHARS: Final = 200
+
+# The error record of a job cancelled before it started (as `pgtasks.App.cancel_job` writes).
+_CANCELLED_ERROR: Final = {
+    "type": "Cancelled",
+    "code": ErrorCode.CANCELLED.value,
+    "class": FailureClass.PERMANENT.value,
+    "message": "cancelled before it started",
+}
+
+
+class TenantScope:
+    """The API of one tenant: enqueue, look up, cancel, requeue, list and search only
+    that tenant's jobs (``app.tenant("acme")``; see the module docstring).
+
+    Args:
+        app: the application (a `pgtasks.App`; typed as `pgtasks.ports.Engine`).
+        tenant: the tenant, a non-empty string without NUL of at most
+            `pgtasks.validation.MAX_KEY_BYTES` bytes in UTF-8. The empty tenant (jobs
+            enqueued without one) has no handle: a name that came out empty by
+            mistake would otherwise see every untenanted job.
+
+    Attributes:
+        tenant: the tenant.
+
+    Raises:
+        ConfigurationError: ``tenant`` is not such a string.
+    """
+
+    __slots__ = ("_app", "_stores", "tenant")
+
+    def __init__(self, app: Engine, tenant: str) -> None:
+        self._app = app
+        self.tenant: str = check_text("tenant", tenant)
+        self._stores: Stores | None = None
+
+    def __repr__(self) -> str:
+        return f"<TenantScope {self.tenant!a}>"
+
+    @property
+    def stores(self) -> Stores:
+        """The app's stores, with the job store scoped to the tenant
+        (`pgtasks.db.JobStore.scoped`): what the handle's `AsyncResult` reads through."""
+        if self._stores is None:
+            stores = self._app.stores
+            self._stores = replace(stores, jobs=stores.jobs.scoped(self.tenant))
+        return self._stores
+
+    # -- enqueue -------------------------------------------------------------------
+
+    def _task(self, task: Task | str) -> Task:
+        if isinstance(task, str):
+            return self._app.get_task(task)
+        if not isinstance(task, Task) or task.app is not self._app:
+            raise ConfigurationError(f"task must be a task of this app or its name, got {short(task)}")
+        return task
+
+    def _options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        tenant = options.get("tenant", self.tenant)
+        if tenant != self.tenant:
+            raise ConfigurationError(
+                f"tenant {short(tenant)} is not this handle's tenant {short(self.tenant)}; "
+                "a tenant handle enqueues only for its own tenant (leave tenant= out)"
+            )
+        return {**options, "tenant": self.tenant}
+
+    def _scoped(self, result: AsyncResult) -> AsyncResult:
+        return AsyncResult(result.id, self)
+
+    def apply_async(
+        self,
+        task: Task | str,
+        args: Iterable[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> AsyncResult:
+        """Enqueue a job of ``task`` for the tenant, as `pgtasks.Task.apply_async`.
+
+        Args:
+            task: a task of this app, or its registered name.
+            args, kwargs, options: as `pgtasks.Task.apply_async` takes them;
+                ``tenant`` may be left out or name the handle's tenant.
+
+        Returns:
+            An `AsyncResult` that reads through the handle.
+
+        Raises:
+            ConfigurationError: ``tenant`` names another tenant, ``task`` is not a
+                task of this app, or any error of `pgtasks.Task.apply_async`
+                (nothing is written).
+            UnknownTask: no task has this name.
+            AlreadyQueued: an unfinished job holds the unique key; its ``job_id`` is
+                -1 when that job is another tenant's (its id is not shown).
+        """
+        target = self._task(task)
+        scoped = self._options(options)
+        try:
+            result = target.apply_async(args, kwargs, **scoped)
+        except AlreadyQueued as exc:
+            raise self._hidden_holder(exc) from None
+        return self._scoped(result)
+
+    def send_task(
+        self,
+        name: str,
+        args: Iterable[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> AsyncResult:
+        """Enqueue a job of the task registered as ``name`` (Celery's ``send_task``);
+        see `apply_async`."""
+        return self.apply_async(self._app.get_task(name), args, kwargs, **options)
+
+    def delay(self, task: Task | str, *args: Any, **kwargs: Any) -> AsyncResult:
+        """Enqueue ``task(*args, **kwargs)`` for the tenant with the task's default
+        options; see `apply_async`."""
+        return self.apply_async(task, args, kwargs)
+
+    def bind(self, task: Task | str) -> TenantTask:
+        """``task`` bound to the tenant: ``acme.bind(ocr).delay(42)``.
+
+        Raises:
+            ConfigurationError: ``task`` is not a task of this app.
+            UnknownTask: no task has this name.
+        """
+        return TenantTask(self, self._task(task))
+
+    def _hidden_holder(self, exc: AlreadyQueued) -> AlreadyQueued:
+        """``exc``, or the same error without the holder's id when it is another tenant's."""
+        try:
+            self.stores.jobs.get(id=exc.job_id)
+        except JobNotFound:
+            return AlreadyQueued(exc.unique_key, -1)
+        return exc
+
+    # -- one job -------------------------------------------------------------------
+
+    def AsyncResult(self, id: int) -> AsyncResult:
+        """A handle on one of the tenant's jobs, reading through this scope (its
+        properties raise `JobNotFound` for another tenant's id).
+
+        Raises:
+            ConfigurationError: ``id`` is not an int in the bigint range.
+        """
+        return AsyncResult(id, self)
+
+    def get_job(self, job_id: int) -> Job:
+        """The tenant's job with this id (status, attempts, progress, ...).
+
+        Raises:
+            ConfigurationError: ``job_id`` is not an int in the bigint range.
+            JobNotFound: the tenant has no job with this id (another tenant's id
+                included, with the same message).
+        """
+        return self.stores.jobs.get(id=check_job_id("job_id", job_id))
+
+    def cancel(self, job_id: int, *, terminate: bool = False) -> bool:
+        """Cancel one of the tenant's jobs, as `pgtasks.App.cancel`.
+
+        Returns:
+            True if the job was queued or running; False if it had already finished.
+
+        Raises:
+            ConfigurationError: a bad ``job_id`` or ``terminate``.
+            JobNotFound: the tenant has no job with this id.
+        """
+        return self.cancel_job(job_id, terminate=terminate) != "finished"
+
+    def cancel_job(
+        self, job_id: int, *, terminate: bool = False
+    ) -> Literal["cancelled", "requested", "finished"]:
+        """Cancel one of the tenant's jobs and say what happened, as `pgtasks.App.cancel_job`.
+
+        Returns:
+            ``"cancelled"`` (was queued), ``"requested"`` (running; its worker is
+            asked to stop) or ``"finished"`` (nothing changed).
+
+        Raises:
+            ConfigurationError: a bad ``job_id`` or ``terminate``.
+            JobNotFound: the tenant has no job with this id.
+        """
+        jobs = self.stores.jobs
+        job_id = check_job_id("job_id", job_id)
+        was = jobs.cancel(id=job_id, error=_CANCELLED_ERROR, terminate=check_bool("terminate", terminate))
+        if was == "queued":
+            return "cancelled"
+        if was is not None:
+            return "requested"
+        jobs.get(id=job_id)  # raises JobNotFound
+        return "finished"
+
+    def requeue(self, job_id: int, *, by: str = "api") -> bool:
+        """Put one of the tenant's failed, cancelled or partially failed jobs back in
+        the queue, as `pgtasks.App.requeue`.
+
+        Args:
+            job_id: the job.
+            by: who asks, recorded in the job's history: text of 1 to 200 characters
+                without NUL.
+
+        Returns:
+            True if requeued; False if the job is queued, running or succeeded.
+
+        Raises:
+            ConfigurationError: a bad ``job_id`` or ``by`` (nothing is written).
+            AlreadyQueued: another unfinished job now holds the job's unique key
+                (``job_id`` -1 when that job is another tenant's).
+            JobNotFound: the tenant has no job with this id.
+        """
+        job_id = check_job_id("job_id", job_id)
+        if not isinstance(by, str) or not 1 <= len(by) <= REQUEUE_BY_MAX_CHARS:
+            raise ConfigurationError(
+                f"by must be a string of 1 to {REQUEUE_BY_MAX_CHARS} characters, got {short(by)}"
+            )
+        check_text("by", by, max_bytes=4 * REQUEUE_BY_MAX_CHARS)
+        jobs = self.stores.jobs
+        if jobs.requeue(id=job_id, by=by):
+            return True
+        jobs.get(id=job_id)  # raises JobNotFound
+        return False
+
+    # -- many jobs -----------------------------------------------------------------
+
+    def list_jobs(
+        self,
+        *,
+        status: str | None = None,
+        queue: str | None = None,
+        task_name: str | None = None,
+        before_id: int | None = None,
+        limit: int = 50,
+    ) -> list[Job]:
+        """The tenant's jobs newest first, filtered; page with ``before_id`` = last id
+        of the previous page.
+
+        Args:
+            status: a `pgtasks.JobStatus` value, or None for any.
+            queue, task_name: exact names, or None for any.
+            before_id: only jobs with a smaller id, or None.
+            limit: most jobs returned, 1..`pgtasks.validation.MAX_PAGE_SIZE`.
+
+        Raises:
+            ConfigurationError: a filter or bound of the wrong type or out of range.
+        """
+        if status is not None:
+            check_choice("status", status, [s.value for s in JobStatus])
+        if queue is not None:
+            check_text("queue", queue)
+        if task_name is not None:
+            check_text("task_name", task_name)
+        if before_id is not None:
+            check_job_id("before_id", before_id)
+        check_int("limit", limit, 1, MAX_PAGE_SIZE)
+        return self.stores.jobs.list(
+            status=status, queue=queue, task_name=task_name, before_id=before_id, limit=limit
+        )
+
+    def search(self, query: str, *, limit: int = 10, language: str | None = None) -> list[Any]:
+        """Full-text search in the tenant's indexed documents and mails, best hits
+        first (`pgtasks.App.search` with ``tenant`` fixed).
+
+        Raises:
+            ConfigurationError: no loaded plugin implements search, or bad arguments.
+        """
+        hook = self._app.plugin_manager.hook.pgtasks_search
+        if not hook.get_hookimpls():
+            raise ConfigurationError(
+                "no search plugin is loaded; install pgtasks with the built-in pgtasks_index plugin "
+                "or register one implementing pgtasks_search"
+            )
+        hits = hook(app=self._app, query=query, tenant=self.tenant, limit=limit, language=language)
+        return list(hits or [])
+
+
+class TenantTask:
+    """A task bound to a tenant (`TenantScope.bind`): its jobs are the tenant's.
+
+    Attributes:
+        scope: the tenant's `TenantScope`. task: the `pgtasks.Task`.
+    """
+
+    __slots__ = ("scope", "task")
+
+    def __init__(self, scope: TenantScope, task: Task) -> None:
+        self.scope = scope
+        self.task = task
+
+    def __repr__(self) -> str:
+        return f"<TenantTask {self.task.name} tenant={self.scope.tenant!a}>"
+
+    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+        """Enqueue a job with these arguments for the tenant (see `TenantScope.apply_async`)."""
+        return self.scope.apply_async(self.task, args, kwargs)
+
+    def apply_async(
+        self, args: Iterable[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> AsyncResult:
+        """Enqueue a job for the tenant, with options (see `TenantScope.apply_async`)."""
+        return self.scope.apply_async(self.task, args, kwargs, **options)
+
+    def delay_many(self, items: Iterable[Any], **options: Any) -> list[AsyncResult]:
+        """Enqueue many jobs for the tenant in one round trip, as `pgtasks.Task.delay_many`.
+
+        Raises:
+            ConfigurationError: ``tenant`` names another tenant, or any error of
+                `pgtasks.Task.delay_many` (nothing is written).
+        """
+        scope = self.scope
+        return [scope._scoped(r) for r in self.task.delay_many(items, **scope._options(options))]
