@@ -19,6 +19,10 @@ Commands (``pgtasks_add_commands``):
     calls ``loader.get()`` for the app; `fail` prints a pgtasks error and exits 1;
     `shown` makes a value from the database safe to print (control characters as
     escapes).
+Tenants:
+    `job_tenant` is the tenant a task may write data for: its job's own
+    (``self.request.tenant``); a ``tenant=`` argument naming another fails the job
+    with `TENANT_MISMATCH`.
 Typing:
     hook implementations annotate the app as the hook specification does, with the
     Protocols `pgtasks.App` implements: `TaskRegistry` (``pgtasks_register_tasks``),
@@ -31,19 +35,22 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from importlib import resources
-from typing import NoReturn
+from typing import Final, NoReturn
 
+from pgtasks.context import TaskContext
 from pgtasks.db.database import AnyConnection, Database, Row
 from pgtasks.db.named import NamedQueries
 from pgtasks.db.workers import WorkerInfo
-from pgtasks.errors import PgtasksError
+from pgtasks.errors import PgtasksError, Reject
 from pgtasks.hookspecs import hookimpl
 from pgtasks.loader import AppLoader, shown
 from pgtasks.plugins import PluginMigrations
 from pgtasks.ports import Engine, StoreProvider, TaskRegistry
 from pgtasks.sql import load_queries, parse_queries
+from pgtasks.validation import short
 
 __all__ = [
+    "TENANT_MISMATCH",
     "AnyConnection",
     "AppLoader",
     "Database",
@@ -56,12 +63,48 @@ __all__ = [
     "WorkerInfo",
     "fail",
     "hookimpl",
+    "job_tenant",
     "list_workers",
     "load_queries",
     "package_queries",
     "parse_queries",
     "shown",
 ]
+
+
+#: Error code of a job failed by `job_tenant`: a ``tenant=`` argument named another
+#: tenant than the job's own.
+TENANT_MISMATCH: Final = "TENANT_MISMATCH"
+
+
+def job_tenant(context: TaskContext, tenant: object = None) -> str:
+    """The tenant whose data a task may read or write: its job's (``self.request.tenant``).
+
+    Arguments cannot change it: a job enqueued by one tenant (``app.tenant("a")``)
+    with ``tenant="b"`` among its arguments would otherwise write into tenant b's
+    data. An argument naming the job's own tenant is accepted, as callers passed it
+    before the job's tenant was the only source.
+
+    Args:
+        context: the job's context (``self`` of a bound task).
+        tenant: the task's ``tenant`` argument: None (not given) or the job's tenant.
+
+    Returns:
+        The job's tenant.
+
+    Raises:
+        Reject: code `TENANT_MISMATCH` (the job fails at once, never retried) when
+            ``tenant`` is given and differs from the job's tenant; both are shown
+            escaped.
+    """
+    own = context.request.tenant
+    if tenant is not None and tenant != own:
+        raise Reject(
+            f"tenant argument {short(tenant)} is not the job's tenant {short(own)}: "
+            "a task acts only on its job's tenant (enqueue it through app.tenant(...) of that tenant)",
+            code=TENANT_MISMATCH,
+        )
+    return own
 
 
 def package_queries(package: str, resource: str = "sql/queries.sql") -> Mapping[str, str]:

@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from pgtasks.context import TaskContext
 from pgtasks.errors import ConfigurationError, DatabaseError, Reject
-from pgtasks.plugin_api import AnyConnection, Engine
+from pgtasks.plugin_api import AnyConnection, Engine, job_tenant
 
 __all__ = ["DELETE_QUEUE", "DELETE_TASK", "delete_item", "delete_task"]
 
@@ -73,17 +73,19 @@ def delete_task(
         self: the job's context (bound task).
         kind, key: the item.
         derived: also remove derived data.
-        tenant: default the job's tenant.
+        tenant: accepted for callers that pass it, but the item's tenant is always the
+            job's own (``self.request.tenant``): None or that same tenant.
 
     Returns:
         ``{"tenant", "kind", "key", "derived", "removed": {name: count}}``.
 
     Raises:
-        Reject: bad arguments (``DELETE_BAD_INPUT``) or a permanent database error
-            (``DELETE_REFUSED``).
+        Reject: a ``tenant`` argument naming another tenant than the job's
+            (``TENANT_MISMATCH``), bad arguments (``DELETE_BAD_INPUT``) or a permanent
+            database error (``DELETE_REFUSED``).
         Retry: a transient database failure.
     """
-    owner = self.request.tenant if tenant is None else tenant
+    owner = job_tenant(self, tenant)
     try:
         removed = delete_item(self.app, tenant=owner, kind=kind, key=key, derived=derived)
     except ConfigurationError as exc:

@@ -7,6 +7,7 @@ from typing import Any, Final
 
 from pgtasks.context import TaskContext
 from pgtasks.errors import ConfigurationError, DatabaseError, Reject, SerializationError
+from pgtasks.plugin_api import job_tenant
 
 from .api import upsert
 
@@ -39,18 +40,20 @@ def index_task(
         title: the entry's title.
         language: text-search configuration (default: the app's index language).
         metadata: JSON object kept with the entry.
-        tenant: the entry's tenant; default the job's tenant (``apply_async(tenant=...)``),
-            so fair dispatch and the index agree.
+        tenant: accepted for callers that pass it, but the entry's tenant is always the
+            job's own (``self.request.tenant``, set by ``apply_async(tenant=...)`` or
+            ``app.tenant(...)``): None or that same tenant.
 
     Returns:
         ``{"tenant", "kind", "key", "created", "lexemes", "language"}``.
 
     Raises:
-        Reject: bad arguments (code ``INDEX_BAD_INPUT``) or a statement PostgreSQL
-            refuses for good (``INDEX_REFUSED``); never retried.
+        Reject: a ``tenant`` argument naming another tenant than the job's
+            (``TENANT_MISMATCH``), bad arguments (``INDEX_BAD_INPUT``) or a statement
+            PostgreSQL refuses for good (``INDEX_REFUSED``); never retried.
         Retry: a transient database failure (lost connection, deadlock).
     """
-    owner = self.request.tenant if tenant is None else tenant
+    owner = job_tenant(self, tenant)
     try:
         done = upsert(
             self.app,

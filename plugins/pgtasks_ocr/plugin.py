@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from pgtasks.context import TaskContext
-from pgtasks.plugin_api import TaskRegistry, hookimpl
+from pgtasks.plugin_api import TaskRegistry, hookimpl, job_tenant
 
 from .config import OCR_QUEUE, OCR_SOFT_TIME_LIMIT, OCR_TASK, OCR_TIME_LIMIT, ocr_config
 from .extract import extract_text
@@ -76,20 +76,23 @@ def ocr_task(
         next_task: task to hand the text to, by name, with arguments
             ``(kind, key, text)`` and keywords ``title``, ``language``, ``metadata``,
             in the same tenant; None keeps the text in this job's result.
-        tenant: the item's tenant; default the job's tenant.
+        tenant: accepted for callers that pass it, but the item's tenant (and the next
+            task's) is always the job's own (``self.request.tenant``): None or that
+            same tenant.
 
     Returns:
         ``{"key", "kind", "mime", "method", "pages", "chars", "next_job"}`` and, when
         the text was not handed on, ``"text"``.
 
     Raises:
-        Reject: permanent failures of `extract_text` (``PATH_NOT_ALLOWED``,
+        Reject: a ``tenant`` argument naming another tenant than the job's
+            (``TENANT_MISMATCH``), or permanent failures of `extract_text` (``PATH_NOT_ALLOWED``,
             ``NOT_REGULAR_FILE``, ``ENCRYPTED_PDF``, ``CORRUPT_FILE``,
             ``UNSUPPORTED_TYPE``, ``MALFORMED_MAIL``, ``FILE_TOO_LARGE``,
             ``OCR_UNAVAILABLE``): never retried.
         OcrFailed, OSError: retried with backoff (a busy host, storage coming back).
     """
-    owner = self.request.tenant if tenant is None else tenant
+    owner = job_tenant(self, tenant)
     config = ocr_config(self.app)
     extracted = extract_text(
         path, password=password, languages=ocr_languages, roots=config.roots, limits=config.limits
