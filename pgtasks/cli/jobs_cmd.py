@@ -3,12 +3,14 @@
 Every value is printed literally (`pgtasks.cli.common.new_console`, `shown`).
 ``purge``, and ``jobs retry`` / ``jobs cancel`` given more than one id, ask before
 they act (`confirm`): ``--yes`` for scripts, ``--dry-run`` to see what they would touch.
+``jobs list/show/retry/cancel --tenant T`` act through ``app.tenant(T)``
+(`pgtasks.TenantScope`): only T's jobs, and another tenant's id is reported as no job.
 """
 
 from __future__ import annotations
 
 import getpass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -30,6 +32,7 @@ from pgtasks.states import CLAIMED
 
 if TYPE_CHECKING:
     from pgtasks.app import App
+    from pgtasks.tenancy import TenantScope
 
 __all__ = ["jobs_group", "purge_command", "queues_command", "workers_command"]
 
@@ -44,11 +47,29 @@ def jobs_group() -> None:
     """List, inspect, retry and cancel jobs."""
 
 
+_TENANT_HELP = "Act only on this tenant's jobs (another tenant's id is reported as no job)."
+tenant_option = click.option("--tenant", default=None, help=_TENANT_HELP)
+
+
+def _jobs_api(loader: AppLoader, tenant: str | None) -> App | TenantScope:
+    """The app (the operator's view), or ``app.tenant(tenant)`` when ``--tenant`` is given.
+
+    Exits with status 1 and the error when the tenant name is refused.
+    """
+    app = loader.get()
+    if tenant is None:
+        return app
+    try:
+        return app.tenant(tenant)
+    except PgtasksError as exc:
+        fail(exc)
+
+
 @jobs_group.command("list")
 @click.option("--status", type=click.Choice(_STATUSES), default=None)
 @click.option("-Q", "--queue", default=None)
 @click.option("--task", "task_name", default=None)
-@click.option("--tenant", default=None)
+@tenant_option
 @click.option("--before", "before_id", type=int, default=None, help="Show jobs with ids below this (paging).")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.pass_obj
@@ -61,10 +82,13 @@ def jobs_list(
     before_id: int | None,
     limit: int,
 ) -> None:
-    """Jobs, newest first."""
-    jobs = loader.get().list_jobs(
-        status=status, queue=queue, task_name=task_name, tenant=tenant, before_id=before_id, limit=limit
-    )
+    """Jobs, newest first (with ``--tenant``, only that tenant's)."""
+    api = _jobs_api(loader, tenant)
+    filters: dict[str, Any] = {"status": status, "queue": queue, "task_name": task_name}
+    try:
+        jobs = api.list_jobs(**filters, before_id=before_id, limit=limit)
+    except PgtasksError as exc:
+        fail(exc)
     table = new_table("id", "task", "queue", "tenant", "status", "attempt", "run at", "finished", "error")
     for j in jobs:
         table.add_row(
@@ -85,11 +109,13 @@ def jobs_list(
 
 @jobs_group.command("show")
 @click.argument("job_id", type=int)
+@tenant_option
 @click.pass_obj
-def jobs_show(loader: AppLoader, job_id: int) -> None:
+def jobs_show(loader: AppLoader, job_id: int, tenant: str | None) -> None:
     """Everything about one job, with its attempt history."""
+    api = _jobs_api(loader, tenant)
     try:
-        job = loader.get().get_job(job_id)
+        job = api.get_job(job_id)
     except PgtasksError as exc:
         fail(exc)
         return
@@ -153,7 +179,7 @@ def jobs_show(loader: AppLoader, job_id: int) -> None:
 _REQUEUEABLE = ("failed", "cancelled", "partial_failure")
 
 
-def _preview(app: App, job_ids: tuple[int, ...], what: dict[str, str], otherwise: str) -> None:
+def _preview(app: App | TenantScope, job_ids: tuple[int, ...], what: dict[str, str], otherwise: str) -> None:
     """``--dry-run`` of a bulk action: each job's status and what the action would do to it."""
     for job_id in job_ids:
         try:
@@ -165,15 +191,18 @@ def _preview(app: App, job_ids: tuple[int, ...], what: dict[str, str], otherwise
 
 @jobs_group.command("retry")
 @click.argument("job_ids", type=int, nargs=-1, required=True)
+@tenant_option
 @confirm_options
 @click.pass_obj
-def jobs_retry(loader: AppLoader, job_ids: tuple[int, ...], yes: bool, dry_run: bool) -> None:
+def jobs_retry(
+    loader: AppLoader, job_ids: tuple[int, ...], tenant: str | None, yes: bool, dry_run: bool
+) -> None:
     """Put failed, cancelled or partially failed jobs back in the queue.
 
     With more than one id it asks first (``--yes`` for scripts); ``--dry-run``
     says what would happen to each job and changes nothing.
     """
-    app = loader.get()
+    app = _jobs_api(loader, tenant)
     if dry_run:
         _preview(app, job_ids, dict.fromkeys(_REQUEUEABLE, "would be requeued"), "would not be requeued")
         return
@@ -197,10 +226,11 @@ _CANCEL_OUTCOMES = {
 @jobs_group.command("cancel")
 @click.argument("job_ids", type=int, nargs=-1, required=True)
 @click.option("--terminate", is_flag=True, help="Kill a running job (processes pool).")
+@tenant_option
 @confirm_options
 @click.pass_obj
 def jobs_cancel(
-    loader: AppLoader, job_ids: tuple[int, ...], terminate: bool, yes: bool, dry_run: bool
+    loader: AppLoader, job_ids: tuple[int, ...], terminate: bool, tenant: str | None, yes: bool, dry_run: bool
 ) -> None:
     """Cancel jobs: queued ones at once, running ones by request.
 
@@ -208,7 +238,7 @@ def jobs_cancel(
     already finished. With more than one id it asks first (``--yes`` for
     scripts); ``--dry-run`` says what would happen and changes nothing.
     """
-    app = loader.get()
+    app = _jobs_api(loader, tenant)
     if dry_run:
         what = {"queued": "would be cancelled", "running": "would be asked to stop"}
         _preview(app, job_ids, what, "already finished, would not change")
