@@ -102,6 +102,7 @@ class ErrorCode(enum.StrEnum):
     OUTCOME_NOT_RECORDED = "OUTCOME_NOT_RECORDED"  # PostgreSQL refused the outcome itself
     UNCLAIMABLE = "UNCLAIMABLE"  # the claim's write refuses the row (e.g. a lock key too large to index)
     UNDECODABLE = "UNDECODABLE"  # its stored args, kwargs, headers or scheduled_for cannot be read
+    SECRET_UNAVAILABLE = "SECRET_UNAVAILABLE"  # a secret reference it was given is not set on the worker
 
 
 TERMINAL: Final = frozenset(
