@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 import pgtasks
 from pgtasks.errors import ConfigurationError
 from pgtasks.plugins import load_module_plugin
+from pgtasks.redaction import RedactingFilter
 
 __all__ = ["AppLoader", "configure_logging", "load_app", "shown"]
 
@@ -65,9 +66,12 @@ def configure_logging(level: str) -> None:
     """Log to stderr with time, level and logger name (``level``: DEBUG, INFO, WARNING, ERROR).
 
     Control characters in a line (from a task's error, a queue name ...) are written as
-    escapes, as `shown` does, except line breaks and tabs.
+    escapes, as `shown` does, except line breaks and tabs. Secrets are masked in every
+    line, its traceback included (`pgtasks.redaction.RedactingFilter`): a URL's
+    password, ``password=...``, ``'api_token': '...'`` and the like.
     """
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RedactingFilter())
     handler.setFormatter(_VisibleFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler])
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pgtasks.errors import ConfigurationError
+from pgtasks.redaction import redact_dsn
 from pgtasks.validation import check_bool, check_int, check_text, short
 
 __all__ = ["Settings"]
@@ -60,6 +61,13 @@ class Settings:
     prepare_threshold: int | None = 5
     load_entry_points: bool = True
     ocr_roots: tuple[Path, ...] = ()
+
+    def __repr__(self) -> str:
+        # The DSN may hold a password (URI user:PASSWORD@, or password=...): masked, so a
+        # settings object in a log line, a traceback or a debugger shows none.
+        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        values["dsn"] = redact_dsn(self.dsn)
+        return "Settings(" + ", ".join(f"{name}={value!r}" for name, value in values.items()) + ")"
 
     def __post_init__(self) -> None:
         check_text("dsn_source", self.dsn_source)

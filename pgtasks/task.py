@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from pgtasks.errors import ConfigurationError
+from pgtasks.redaction import check_redact
 from pgtasks.validation import (
     MAX_DELAY,
     MAX_KEY_BYTES,
@@ -81,6 +82,10 @@ class TaskOptions:
         tenant: default tenant for fair dispatch (default ``""``).
         retry_on_worker_lost: False for non-idempotent tasks: a job whose worker
             vanished ends ``failed`` with ``WORKER_LOST`` instead of running again.
+        redact: argument names, keys or dotted paths (``"card.number"``) whose values
+            are masked in everything shown or stored about a job but its arguments
+            (errors, logs, ``pgtasks jobs show``); the built-in sensitive names of
+            `pgtasks.redaction` always apply too. The task itself gets the real values.
         typing: check at enqueue that the call's arguments fit the function's
             signature (default True, Celery's ``typing``); False for a function whose
             ``*args, **kwargs`` only pass its arguments on.
@@ -103,9 +108,11 @@ class TaskOptions:
     unique_key: KeyRule = None
     tenant: str = ""
     retry_on_worker_lost: bool = True
+    redact: tuple[str, ...] = ()
     typing: bool = True
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "redact", check_redact(self.redact))  # a list given: kept as a tuple
         check_text("task name", self.name)
         _check_queue(self.queue)
         _check_priority(self.priority)

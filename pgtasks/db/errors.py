@@ -6,16 +6,23 @@ writes it as it is: ``type`` (the exception's class name), ``module``, ``message
 and, for exceptions, ``traceback``. Every text is made storable first: jsonb
 refuses NUL characters and lone surrogates, and an exception about binary data must
 not make its own failure unrecordable.
+
+Secrets are masked in every record (`pgtasks.redaction.redact_text`): a URL's
+password, and the value of a sensitive name written ``name=value`` or ``'name':
+'value'``, in the message and the traceback. The worker then masks the literal values
+of the job's own sensitive arguments (`masked_record`), which only it knows.
 """
 
 from __future__ import annotations
 
 import traceback
+from collections.abc import Collection, Iterable
 from typing import Any
 
+from pgtasks.redaction import redact_text
 from pgtasks.states import ErrorCode, FailureClass
 
-__all__ = ["error_record", "first_line", "plain_error", "storable_text"]
+__all__ = ["error_record", "first_line", "masked_record", "plain_error", "storable_text"]
 
 TRACEBACK_LIMIT = 16_000  # characters kept of a traceback (its end: the innermost frames)
 
@@ -33,13 +40,13 @@ def plain_error(
     Args:
         type_name: what ended the attempt (``"Cancelled"``, ``"UnknownTask"`` ...).
         code: the record's code. klass: transient or permanent (default permanent).
-        message: for people; made storable here.
+        message: for people; made storable, and its secrets masked, here.
     """
     return {
         "type": type_name,
         "code": str(code),
         "class": str(klass),
-        "message": storable_text(message),
+        "message": storable_text(redact_text(message)),
     }
 
 
@@ -60,18 +67,42 @@ def error_record(
     Returns:
         The record; enum members are turned into their plain values (the
         serializer writes exact ``str`` only), the traceback is cut to its last
-        ``TRACEBACK_LIMIT`` characters.
+        ``TRACEBACK_LIMIT`` characters; secrets in the message and the traceback
+        are masked (see the module docs).
     """
     text = "".join(traceback.format_exception(exc))
     code = code or getattr(exc, "code", None) or type(exc).__name__.upper()
     return {
         "type": type(exc).__qualname__,
         "module": type(exc).__module__,
-        "message": storable_text(str(exc)),
+        "message": storable_text(redact_text(str(exc))),
         "code": str(code) if isinstance(code, str) else code,  # an enum member: its plain value
         "class": str(klass),
-        "traceback": storable_text(text[-TRACEBACK_LIMIT:]),
+        "traceback": storable_text(redact_text(text)[-TRACEBACK_LIMIT:]),
     }
+
+
+def masked_record(
+    record: dict[str, Any], *, names: Collection[str] = (), values: Iterable[str] = ()
+) -> dict[str, Any]:
+    """A copy of an error record with more secrets masked in its message and traceback.
+
+    Args:
+        record: an error record (`error_record`, `plain_error`).
+        names: more sensitive names (a task's ``redact`` entries).
+        values: literal secrets (a job's sensitive argument values, resolved secret
+            references); those shorter than `pgtasks.redaction.MIN_SECRET_CHARS` are
+            left alone.
+    """
+    values = list(values)
+    if not names and not values:
+        return record
+    out = dict(record)
+    for field in ("message", "traceback"):
+        text = out.get(field)
+        if isinstance(text, str):
+            out[field] = storable_text(redact_text(text, names=names, values=values))
+    return out
 
 
 def first_line(exc: BaseException) -> str:

@@ -29,17 +29,21 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from types import FrameType
 from typing import Any
 
 from pgtasks.completion import Completer, Completion, Outcome
 from pgtasks.context import CLAIM_COLUMNS, Request, TaskContext, request_from_claim, unreadable_claim
 from pgtasks.db import CancelRequest, JobStore, WorkerStore, text_array_literal
+from pgtasks.db.errors import masked_record
 from pgtasks.db.workers import worker_database
 from pgtasks.errors import DatabaseError, TimeLimitExceeded
 from pgtasks.maintenance import Reaper, ReaperConfig
 from pgtasks.plugins import call_isolated
 from pgtasks.ports import Engine
+from pgtasks.redaction import Redactor
+from pgtasks.secret_ref import referenced_values
 from pgtasks.worker.attempt import Success, run_attempt
 from pgtasks.worker.config import WorkerConfig
 from pgtasks.worker.dbtime import DatabaseTime
@@ -139,6 +143,8 @@ class Worker:
         # took a tenant's whole share of it (job_claim_batch).
         self._more = False
         self._pool: Any = None
+        # Masking rules per task name (`_masked`), built on a task's first failure.
+        self._redactors: dict[str, Redactor] = {}
         self._completer = Completer(
             self.jobs,
             self.id,
@@ -613,7 +619,7 @@ class Worker:
             else:
                 self._completer.set_state_if_running(
                     held.request,
-                    outcome,
+                    self._masked(held, outcome),
                     None if held.started_at is None else self._clock.at(held.started_at),
                 )
         finally:
@@ -628,6 +634,22 @@ class Worker:
             limit = self.config.max_tasks_per_child
             if limit is not None and self.config.pool == "threads" and self.processed >= limit:
                 self.request_stop("max-tasks")
+
+    def _masked(self, held: HeldJob, outcome: Outcome) -> Outcome:
+        """``outcome`` with the job's own secrets masked in its error's message and
+        traceback before anything stores, logs or hands it to a hook: the values of its
+        sensitive arguments (`pgtasks.redaction.Redactor`: built-in names and the
+        task's ``redact``) and of the secret references it was given."""
+        task = held.task
+        if task is None:
+            return outcome
+        redactor = self._redactors.get(task.name)
+        if redactor is None:
+            redactor = Redactor.of(task.fn, task.options.redact, bind=task.options.bind)
+            self._redactors[task.name] = redactor
+        args, kwargs = held.request.args, held.request.kwargs
+        values = [*redactor.secrets(args, kwargs), *referenced_values(args, kwargs)]
+        return replace(outcome, error=masked_record(outcome.error, names=redactor.redact, values=values))
 
     def _finish_wakes(self, held: HeldJob, outcome: Success | Outcome) -> bool:
         """Whether a job finishing (with the buffer at low water) is a reason to claim now.
