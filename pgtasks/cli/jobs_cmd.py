@@ -1,6 +1,9 @@
 """Operator commands on jobs and queues: ``jobs``, ``queues``, ``workers``, ``purge``.
 
 Every value is printed literally (`pgtasks.cli.common.new_console`, `shown`).
+What is shown about a job is masked (`pgtasks.redaction`): the values of its
+sensitive arguments, sensitive keys of its headers, result and progress, and
+secrets in its errors; the database keeps the real arguments, which the task needs.
 ``purge``, and ``jobs retry`` / ``jobs cancel`` given more than one id, ask before
 they act (`confirm`): ``--yes`` for scripts, ``--dry-run`` to see what they would touch.
 ``jobs list/show/retry/cancel --tenant T`` act through ``app.tenant(T)``
@@ -27,6 +30,7 @@ from pgtasks.cli.common import (
 )
 from pgtasks.errors import PgtasksError
 from pgtasks.records import Requeue
+from pgtasks.redaction import Redactor, redact_data, redact_text
 from pgtasks.serialization import dumps
 from pgtasks.states import CLAIMED
 
@@ -100,7 +104,7 @@ def jobs_list(
             f"{j.attempt}/{j.max_attempts}",
             f"{j.run_at:%Y-%m-%d %H:%M:%S}",
             f"{j.finished_at:%H:%M:%S}" if j.finished_at else "",
-            (j.error or {}).get("code", "") or "",
+            redact_text(str((j.error or {}).get("code", "") or "")),
         )
     new_console().print(table)
     if len(jobs) == limit:
@@ -112,13 +116,19 @@ def jobs_list(
 @tenant_option
 @click.pass_obj
 def jobs_show(loader: AppLoader, job_id: int, tenant: str | None) -> None:
-    """Everything about one job, with its attempt history."""
+    """Everything about one job, with its attempt history.
+
+    Secrets are masked: the values of sensitive arguments (built-in names and the
+    task's ``redact``, when the app knows the task), sensitive keys in headers,
+    result and progress, and secrets in error messages (`pgtasks.redaction`).
+    """
     api = _jobs_api(loader, tenant)
     try:
         job = api.get_job(job_id)
     except PgtasksError as exc:
         fail(exc)
         return
+    redactor = _redactor(loader.get(), job.task_name)
     console = new_console()
     table = new_table(show_header=False)
     for name in (
@@ -148,14 +158,17 @@ def jobs_show(loader: AppLoader, job_id: int, tenant: str | None) -> None:
         value = getattr(job, name)
         if value is not None:
             table.add_row(name, str(value))
-    table.add_row("args", dumps(job.args))
-    table.add_row("kwargs", dumps(job.kwargs))
+    args, kwargs = redactor.call(job.args, job.kwargs)
+    table.add_row("args", _dumps_shown(args))
+    table.add_row("kwargs", _dumps_shown(kwargs))
+    if job.headers:
+        table.add_row("headers", _dumps_shown(redact_data(job.headers, redactor.redact)))
     if job.progress:
-        table.add_row("progress", dumps(job.progress))
+        table.add_row("progress", _dumps_shown(redact_data(job.progress, redactor.redact)))
     if job.result is not None:
-        table.add_row("result", dumps(job.result)[:2000])
+        table.add_row("result", _dumps_shown(redact_data(job.result, redactor.redact))[:2000])
     if job.error:
-        table.add_row("error", f"{job.error.get('code')}: {job.error.get('message')}")
+        table.add_row("error", redactor.text(f"{job.error.get('code')}: {job.error.get('message')}"))
     console.print(table)
     # Attempts are numbered across manual requeues; a requeue is a row of its own, its
     # time under "finished" and who asked under "worker".
@@ -171,9 +184,27 @@ def jobs_show(loader: AppLoader, job_id: int, tenant: str | None) -> None:
             str(a.started_at or ""),
             str(a.finished_at or ""),
             a.outcome,
-            ((a.error or {}).get("message") or "")[:80],
+            redactor.text((a.error or {}).get("message") or "")[:80],
         )
     console.print(history)
+
+
+def _redactor(app: App, task_name: str) -> Redactor:
+    """The masking rules of a job's task: with its parameter names and ``redact`` when
+    the app knows the task, else the built-in names only (a positional argument is
+    then shown, unless it sits under a sensitive key inside a value)."""
+    task = app.tasks.get(task_name)
+    if task is None:
+        return Redactor()
+    return Redactor.of(task.fn, task.options.redact, bind=task.options.bind)
+
+
+def _dumps_shown(value: object) -> str:
+    """JSON text of a masked value, or its repr if it cannot be written as JSON."""
+    try:
+        return dumps(value)
+    except PgtasksError:
+        return repr(value)
 
 
 _REQUEUEABLE = ("failed", "cancelled", "partial_failure")

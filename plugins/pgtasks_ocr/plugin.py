@@ -68,7 +68,10 @@ def ocr_task(
         kind: the item's kind for the index (``"document"``, ``"mail"``).
         key: the item's key (default: ``path``).
         title: the item's title (default: the file name).
-        password: password of an encrypted PDF.
+        password: password of an encrypted PDF; pass a reference
+            (``pgtasks.secret_ref.env("PDF_PASSWORD")``) to keep it out of the
+            stored job: the worker resolves it. A value given directly is stored
+            with the job's arguments and masked everywhere else (``redact``).
         ocr_languages: Tesseract languages (``"eng+deu"``).
         language: text-search configuration for the index (default: the index's).
         metadata: JSON object passed on to the index (``mime``, ``method``, ``pages``
@@ -167,6 +170,7 @@ def pgtasks_register_tasks(app: TaskRegistry) -> None:
         autoretry_for=(OcrFailed, OSError),
         time_limit=OCR_TIME_LIMIT,
         soft_time_limit=OCR_SOFT_TIME_LIMIT,
+        redact=("password",),  # a built-in sensitive name too; said here for readers
     )
 
 
