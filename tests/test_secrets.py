@@ -280,3 +280,14 @@ def test_log_filter_masks_messages_arguments_and_tracebacks() -> None:
     out = stream.getvalue()
     assert "connecting to postgresql://u:***@h/db" in out and "RuntimeError" in out
     assert PASSWORD not in out and TOKEN not in out
+
+
+def test_schedules_show_masks_the_arguments_it_will_run_with(secrets_app: pgtasks.App, wdsn: str) -> None:
+    secrets_app.schedules.create(
+        "nightly-backup", "s.by_ref", "0 2 * * *", args=["db1", PASSWORD], kwargs={"expected": "e1"}
+    )
+    shown = _cli(wdsn, "schedules", "show", "nightly-backup")
+    assert shown.exit_code == 0, shown.output
+    assert f'["db1","{MARK}"]' in shown.output and '"expected":"e1"' in shown.output
+    assert PASSWORD not in shown.output
+    assert PASSWORD in str(secrets_app.schedules.get("nightly-backup").args)  # stored as given

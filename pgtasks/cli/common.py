@@ -27,11 +27,14 @@ import click
 
 from pgtasks.loader import AppLoader, configure_logging, load_app, shown
 from pgtasks.plugin_api import fail
+from pgtasks.redaction import Redactor
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
+
+    from pgtasks.app import App
 
 __all__ = [
     "PROCESS_ENTRY_KEY",
@@ -47,6 +50,7 @@ __all__ = [
     "new_console",
     "new_table",
     "shown",
+    "task_redactor",
 ]
 
 #: ``click.Context.meta`` key, true when the command line is this process's entry point
@@ -55,6 +59,17 @@ __all__ = [
 PROCESS_ENTRY_KEY = "pgtasks.process_entry"
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def task_redactor(app: App, task_name: str) -> Redactor:
+    """The masking rules for showing a job or schedule of task ``task_name``
+    (`pgtasks.redaction`): its parameter names and ``redact`` when the app knows the
+    task, else the built-in names only (a positional argument is then shown, unless
+    it sits under a sensitive key inside a value)."""
+    task = app.tasks.get(task_name)
+    if task is None:
+        return Redactor()
+    return Redactor.of(task.fn, task.options.redact, bind=task.options.bind)
 
 
 def new_table(*columns: str, **options: Any) -> Table:

@@ -27,10 +27,11 @@ from pgtasks.cli.common import (
     new_console,
     new_table,
     shown,
+    task_redactor,
 )
 from pgtasks.errors import PgtasksError
 from pgtasks.records import Requeue
-from pgtasks.redaction import Redactor, redact_data, redact_text
+from pgtasks.redaction import redact_data, redact_text
 from pgtasks.serialization import dumps
 from pgtasks.states import CLAIMED
 
@@ -128,7 +129,7 @@ def jobs_show(loader: AppLoader, job_id: int, tenant: str | None) -> None:
     except PgtasksError as exc:
         fail(exc)
         return
-    redactor = _redactor(loader.get(), job.task_name)
+    redactor = task_redactor(loader.get(), job.task_name)
     console = new_console()
     table = new_table(show_header=False)
     for name in (
@@ -187,16 +188,6 @@ def jobs_show(loader: AppLoader, job_id: int, tenant: str | None) -> None:
             redactor.text((a.error or {}).get("message") or "")[:80],
         )
     console.print(history)
-
-
-def _redactor(app: App, task_name: str) -> Redactor:
-    """The masking rules of a job's task: with its parameter names and ``redact`` when
-    the app knows the task, else the built-in names only (a positional argument is
-    then shown, unless it sits under a sensitive key inside a value)."""
-    task = app.tasks.get(task_name)
-    if task is None:
-        return Redactor()
-    return Redactor.of(task.fn, task.options.redact, bind=task.options.bind)
 
 
 def _dumps_shown(value: object) -> str:

@@ -15,10 +15,20 @@ from typing import Any
 
 import click
 
-from pgtasks.cli.common import AppLoader, confirm, confirm_options, fail, new_console, new_table, shown
+from pgtasks.cli.common import (
+    AppLoader,
+    confirm,
+    confirm_options,
+    fail,
+    new_console,
+    new_table,
+    shown,
+    task_redactor,
+)
 from pgtasks.cron import load_zone
 from pgtasks.errors import ConfigurationError, PgtasksError
 from pgtasks.maintenance import ReaperConfig
+from pgtasks.redaction import redact_text
 from pgtasks.scheduler import Schedule, Scheduler, SchedulerConfig, SimulatedClock
 from pgtasks.serialization import dumps
 
@@ -176,12 +186,14 @@ def schedules_list(loader: AppLoader) -> None:
 @click.argument("name")
 @click.pass_obj
 def schedules_show(loader: AppLoader, name: str) -> None:
-    """Everything about one schedule."""
+    """Everything about one schedule; the values of sensitive arguments are masked
+    (`pgtasks.redaction`), as ``jobs show`` does."""
     try:
         s = loader.get().schedules.get(name)
     except PgtasksError as exc:
         fail(exc)
         return
+    args, kwargs = task_redactor(loader.get(), s.task_name).call(s.args, s.kwargs)
     table = new_table(show_header=False)
     rows: list[tuple[str, str]] = [
         ("name", s.name),
@@ -189,8 +201,8 @@ def schedules_show(loader: AppLoader, name: str) -> None:
         ("cron", s.cron or "(none: runs only when triggered)"),
         ("timezone", s.timezone),
         ("after", ", ".join(s.after)),
-        ("args", dumps(s.args)),
-        ("kwargs", dumps(s.kwargs)),
+        ("args", dumps(args)),
+        ("kwargs", dumps(kwargs)),
         ("queue", s.queue),
         ("tenant", s.tenant),
         ("lock key", s.lock_key or ""),
@@ -313,7 +325,8 @@ def schedules_history(loader: AppLoader, name: str, page: int, per_page: int) ->
         "cause",
     )
     for r in runs:
-        error = f"{r.error_code} ({r.failure_class}): {r.error_message}" if r.error_code else ""
+        message = redact_text(r.error_message or "")
+        error = f"{r.error_code} ({r.failure_class}): {message}" if r.error_code else ""
         table.add_row(
             str(r.id),
             r.trigger + (f" by {r.requested_by}" if r.requested_by else ""),
