@@ -21,6 +21,8 @@ import pytest
 import pgtasks
 from pgtasks.context import Request, TaskContext
 from pgtasks.errors import ConfigurationError, InvalidSchedule, PgtasksError, Retry
+from pgtasks.maintenance import ReaperConfig
+from pgtasks.scheduler import SchedulerConfig
 from pgtasks.settings import Settings
 from pgtasks.validation import MAX_HEADERS_BYTES, MAX_INSTANT, MAX_KEY_BYTES, MIN_INSTANT
 from pgtasks.worker.config import WorkerConfig
@@ -403,6 +405,26 @@ def test_result_get_refuses_a_timeout_it_cannot_keep(task: pgtasks.Task, timeout
 def test_worker_config_refuses_values_of_the_wrong_type_or_range(kwargs: dict[str, Any], needle: str) -> None:
     with pytest.raises(ConfigurationError, match=re.escape(needle)):
         WorkerConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        (lambda: SchedulerConfig(interval=float("inf")), "interval must be seconds"),
+        (lambda: SchedulerConfig(batch=0), "batch must be an int in 1..1000000"),
+        (lambda: SchedulerConfig(reap="yes"), "reap must be True or False"),
+        (lambda: ReaperConfig(lease_timeout=float("nan")), "lease_timeout must be seconds"),
+        (lambda: ReaperConfig(interval=0), "interval must be seconds"),
+        (lambda: ReaperConfig(forget_workers_after=1e300), "forget_workers_after must be seconds"),
+        (lambda: ReaperConfig(batch=-1), "batch must be an int in 1..1000000"),
+    ],
+    ids=["tick-inf", "batch-0", "reap-str", "lease-nan", "reap-interval-0", "forget-huge", "reap-batch"],
+)
+def test_scheduler_and_reaper_configs_refuse_intervals_and_batches_out_of_range(
+    make: Callable[[], object], needle: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(needle)):
+        make()
 
 
 # -- settings ---------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from pgtasks.completion import Completer
 from pgtasks.db import JobStore, Now, WorkerStore
 from pgtasks.maintenance.service import Service
 from pgtasks.states import JobStatus
+from pgtasks.validation import MAX_BATCH, check_int, check_seconds
 
 if TYPE_CHECKING:
     import pluggy
@@ -30,12 +31,22 @@ class ReaperConfig:
         batch: most jobs recovered per run (default 1000).
         forget_workers_after: seconds after its lease expired that a dead worker's
             row is deleted (default 3600).
+
+    Raises:
+        ConfigurationError: a time not seconds in 0 (exclusive) to
+            `pgtasks.validation.MAX_DELAY`, or ``batch`` not an int in 1 to
+            `pgtasks.validation.MAX_BATCH`.
     """
 
     interval: float = 5.0
     lease_timeout: float = 30.0
     batch: int = 1000
     forget_workers_after: float = 3600.0
+
+    def __post_init__(self) -> None:
+        for name in ("interval", "lease_timeout", "forget_workers_after"):
+            check_seconds(name, getattr(self, name), positive=True)
+        check_int("batch", self.batch, 1, MAX_BATCH)
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,7 @@ from pgtasks.scheduler.firing import plan_fires
 from pgtasks.scheduler.followup import RunFollowUp
 from pgtasks.scheduler.runs import RunEvent, emit, insert_run
 from pgtasks.states import Trigger
+from pgtasks.validation import MAX_BATCH, check_bool, check_int, check_seconds
 
 if TYPE_CHECKING:
     from pgtasks.scheduler.api import Schedules
@@ -79,6 +80,11 @@ class SchedulerConfig:
             workers are recovered even when no worker is running.
         reaper: the reaper's settings.
         sync: write the app's code-defined schedules at the first tick (default True).
+
+    Raises:
+        ConfigurationError: ``interval`` not seconds in 0 (exclusive) to
+            `pgtasks.validation.MAX_DELAY`, a batch not an int in 1 to
+            `pgtasks.validation.MAX_BATCH`, or a flag not a bool.
     """
 
     interval: float = 1.0
@@ -89,12 +95,13 @@ class SchedulerConfig:
     sync: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.interval, int | float) or not self.interval > 0:
-            raise ConfigurationError(f"interval must be a positive number of seconds, got {self.interval!r}")
+        check_seconds("interval", self.interval, positive=True)
         for name in ("batch", "followup_batch"):
-            value = getattr(self, name)
-            if type(value) is not int or value < 1:
-                raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
+            check_int(name, getattr(self, name), 1, MAX_BATCH)
+        for name in ("reap", "sync"):
+            check_bool(name, getattr(self, name))
+        if not isinstance(self.reaper, ReaperConfig):
+            raise ConfigurationError(f"reaper must be a ReaperConfig, got {type(self.reaper).__name__}")
 
 
 @dataclass(slots=True)
