@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,9 @@ def _stored_text(conn: psycopg.Connection[Any], *, but_args_of: int | None = Non
 
 
 def _cli(dsn: str, *args: str) -> Result:
+    """``pgtasks --dsn DSN -A secrets app ARGS`` in process, loading the app afresh: a
+    module's app keeps the connections of the database it first used."""
+    sys.modules.pop(APP_SPEC.partition(":")[0], None)
     env = {"COLUMNS": "400", "PGTASKS_DISABLE_PLUGIN_AUTOLOAD": "1"}
     return CliRunner().invoke(cli, ["--dsn", dsn, "-A", APP_SPEC, *args], env=env, catch_exceptions=False)
 
