@@ -49,9 +49,10 @@ def secrets_app(wdsn: str) -> Iterator[pgtasks.App]:
     application.close()
 
 
-def _run_worker(dsn: str, log_path: Path) -> str:
+def _run_worker(dsn: str, log_path: Path, pool: str = "threads") -> str:
     """Run a burst worker of the secrets app until the queue is empty; returns its log."""
-    worker = WorkerProcess(dsn, ["-c", "1", "--burst", "--poll-interval", "0.1"], log_path, app_spec=APP_SPEC)
+    args = ["-c", "1", "-P", pool, "--burst", "--poll-interval", "0.1"]
+    worker = WorkerProcess(dsn, args, log_path, app_spec=APP_SPEC)
     try:
         assert worker.wait(60) == 0, worker.log()
     finally:
@@ -96,8 +97,9 @@ def _cli(dsn: str, *args: str) -> Result:
 # -- a real worker ------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("pool", ["threads", "processes"])
 def test_a_failing_job_shows_and_stores_its_secrets_nowhere_but_in_its_args(
-    secrets_app: pgtasks.App, wdsn: str, conn: psycopg.Connection[Any], tmp_path: Path
+    secrets_app: pgtasks.App, wdsn: str, conn: psycopg.Connection[Any], tmp_path: Path, pool: str
 ) -> None:
     leaky = secrets_app.tasks["s.leaky"]
     card = {"number": CARD, "holder": "Ann"}
@@ -105,7 +107,7 @@ def test_a_failing_job_shows_and_stores_its_secrets_nowhere_but_in_its_args(
     job = leaky.delay("backup", PASSWORD, TOKEN, card=card, expected=digest(PASSWORD + TOKEN + CARD)).job()
     assert job.id is not None
 
-    log = _run_worker(wdsn, tmp_path / "worker.log")
+    log = _run_worker(wdsn, tmp_path / "worker.log", pool)
 
     stored = secrets_app.get_job(job.id)
     assert stored.status == "failed"

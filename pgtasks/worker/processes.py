@@ -65,6 +65,10 @@ class ChildSpec:
         worker_id: the worker the child runs jobs for (progress reports are checked
             against it).
         max_tasks: jobs after which a child exits and is replaced (None: never).
+        loglevel: the level the child logs at, through pgtasks' handler
+            (`pgtasks.loader.configure_logging`: escaped, secrets masked); a spawned
+            child starts with no logging set up, and Python's last-resort handler
+            would write a task's warnings raw.
     """
 
     app_spec: str
@@ -73,6 +77,7 @@ class ChildSpec:
     prepare_threshold: int | None
     worker_id: str
     max_tasks: int | None = None
+    loglevel: str = "WARNING"
 
 
 class _Slot:
@@ -306,8 +311,9 @@ def _child_main(
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGALRM, _on_alarm)
     _die_with_parent()
-    from pgtasks.loader import AppLoader  # the child's own entry point: it loads the app
+    from pgtasks.loader import AppLoader, configure_logging  # the child's own entry point
 
+    configure_logging(spec.loglevel)
     app = AppLoader(app_spec=spec.app_spec, dsn=spec.dsn, plugins=spec.plugins).get()
     database = worker_database(spec.dsn, max_size=2, prepare_threshold=spec.prepare_threshold)
     runtime = _ChildRuntime(JobStore(database), spec.worker_id, flag)

@@ -44,6 +44,7 @@ from pgtasks.plugins import call_isolated
 from pgtasks.ports import Engine
 from pgtasks.redaction import Redactor
 from pgtasks.secret_ref import referenced_values
+from pgtasks.states import JobStatus
 from pgtasks.worker.attempt import Success, run_attempt
 from pgtasks.worker.config import WorkerConfig
 from pgtasks.worker.dbtime import DatabaseTime
@@ -76,6 +77,13 @@ _TASK_NAME = CLAIM_COLUMNS.index("task_name")
 _TENANT = CLAIM_COLUMNS.index("tenant")
 _QUEUE = CLAIM_COLUMNS.index("queue")
 _SHARE = len(CLAIM_COLUMNS)  # job_claim_batch's tenant_share, after the claim columns
+
+
+def _level_name(level: int) -> str:
+    """The name of a logging level, for a child process's `configure_logging`: a level
+    without a name (``"Level 25"``) is taken as WARNING."""
+    name = logging.getLevelName(level)
+    return name if isinstance(name, str) and not name.startswith("Level ") else "WARNING"
 
 
 class Worker:
@@ -152,6 +160,7 @@ class Worker:
             batch=self.config.completion_batch,
             delay=self.config.completion_delay,
             on_written=self._on_written,
+            on_requeued=self._wake.set,
         )
         # Instants this worker records (a body's start and end), on the database clock.
         self._clock = DatabaseTime()
@@ -284,6 +293,7 @@ class Worker:
                 prepare_threshold=self.app.settings.prepare_threshold,
                 worker_id=self.id,
                 max_tasks=self.config.max_tasks_per_child,
+                loglevel=_level_name(logging.getLogger().getEffectiveLevel()),
             )
             return ProcessPool(spec, self.config.concurrency, self._finish, begin=self._begin)
         return ThreadPool(self.config.concurrency, self._execute)
@@ -315,6 +325,13 @@ class Worker:
                 try:
                     claimed = self._claim(limit) if named is None else self._claim_named(named)
                 except DatabaseError as exc:
+                    if exc.sqlstate == LOCK_RACE:
+                        # A job of a lock key this claim took started elsewhere while the
+                        # claim ran (its statement's snapshot could not see it): the next
+                        # claim sees it and passes over the key, so claim again at once.
+                        log.debug("claim raced another worker for a lock key; claiming again")
+                        self._hints.want_full()
+                        continue
                     # Transient (the connection died in flight, the server restarts): claim
                     # again soon, backing off while it lasts, in full (the named jobs were
                     # taken from the hints). Anything else waits a poll interval.
@@ -615,6 +632,12 @@ class Worker:
                         None if held.started_at is None else self._clock.at(held.started_at),
                         self._clock.now(),
                     )
+                )
+            elif outcome.status == JobStatus.QUEUED:  # a retry: batched, as successes are
+                self._completer.add_retry(
+                    held.request,
+                    self._masked(held, outcome),
+                    None if held.started_at is None else self._clock.at(held.started_at),
                 )
             else:
                 self._completer.set_state_if_running(
