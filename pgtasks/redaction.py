@@ -159,10 +159,12 @@ _URL_PASSWORD: Final = re.compile(
     r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@'\"]*:)(?P<value>[^\s/?#'\"]+)(?=@)"
 )
 # name=value, name: value, 'name': 'value', "name": "value" (the name's quote closes it).
+# A quoted value is looked for up to 4,096 characters, so that text with many unclosed
+# quotes costs time in proportion to its length, not its square.
 _NAME_VALUE: Final = re.compile(
     r"(?<![A-Za-z0-9_\-])(?P<quote>[\"']?)(?P<name>[A-Za-z_][A-Za-z0-9_\-]*)(?P=quote)"
     r"(?P<sep>\s*[=:]\s*)"
-    r"(?P<value>\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'"
+    r"(?P<value>\"(?:[^\"\\\n]|\\.){0,4096}\"|'(?:[^'\\\n]|\\.){0,4096}'"
     r"|(?:(?:Bearer|Basic|Token|Digest)[ \t]+)?[^\s,;&'\"()\[\]{}<>]+)",
     re.IGNORECASE,
 )
