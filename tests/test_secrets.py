@@ -23,6 +23,7 @@ import pytest
 from apps.secrets_app import APP_SPEC, digest, make_app
 from apps.worker_app import WorkerProcess, ledger_rows
 from click.testing import CliRunner, Result
+from prometheus_client import CollectorRegistry, generate_latest
 
 import pgtasks
 from pgtasks import secret_ref
@@ -32,6 +33,7 @@ from pgtasks.redaction import MARK, RedactingFilter, Redactor, check_redact, is_
 from pgtasks.secret_ref import SecretRef
 from pgtasks.serialization import dumps, loads_json
 from pgtasks.settings import Settings
+from pgtasks_metrics.collector import QueueCollector
 
 PASSWORD = "hunter2-Zq9"
 TOKEN = "tok-8c1f55aa"
@@ -135,6 +137,12 @@ def test_a_failing_job_shows_and_stores_its_secrets_nowhere_but_in_its_args(
     assert '"holder":"Ann"' in show.output and MARK in show.output and str(job.id) in listing.output
     for secret in (PASSWORD, TOKEN, CARD):
         assert secret not in show.output and secret not in listing.output
+    # Metrics: labels are queue, status, worker and state, never a job's arguments.
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(QueueCollector(secrets_app))
+    metrics = generate_latest(registry).decode()
+    assert 'status="failed"' in metrics
+    assert not any(secret in metrics for secret in (PASSWORD, TOKEN, CARD))
 
 
 def test_a_secret_by_reference_is_stored_nowhere_and_reaches_the_task(
