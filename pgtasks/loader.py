@@ -114,7 +114,7 @@ class AppLoader:
     """
 
     app_spec: str | None
-    dsn: str | None
+    dsn: str | None = field(repr=False)  # may hold a password
     plugins: tuple[str, ...]
     _app: pgtasks.App | None = field(default=None, repr=False)
 

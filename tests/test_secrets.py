@@ -29,6 +29,7 @@ import pgtasks
 from pgtasks import secret_ref
 from pgtasks.cli import cli
 from pgtasks.errors import ConfigurationError, PgtasksError
+from pgtasks.loader import AppLoader
 from pgtasks.redaction import MARK, RedactingFilter, Redactor, check_redact, is_sensitive, redact_text
 from pgtasks.secret_ref import SecretRef
 from pgtasks.serialization import dumps, loads_json
@@ -273,6 +274,7 @@ def test_settings_and_app_reprs_show_no_password(wdsn: str) -> None:
         app = pgtasks.App("repr-test", dsn=dsn, load_entry_points=False)
         assert PASSWORD not in repr(app) and PASSWORD not in repr(app.settings)
         assert app.settings.dsn == dsn  # the connection still gets the real one
+        assert PASSWORD not in repr(AppLoader("apps.secrets_app:app", dsn, ()))  # --dsn
 
 
 def test_log_filter_masks_messages_arguments_and_tracebacks() -> None:
