@@ -2,13 +2,17 @@
 
 Which code writes a job's status? This module, through `Completer`:
 
-* successes, batched (`Completer.add`): a finished job's result waits at most
-  ``delay`` seconds (or until ``batch`` results are pending) and is written with
-  the others in one UPDATE. A job is reported succeeded only by that committed
-  write; until then it stays ``running`` and is recovered by the reaper if the
-  worker dies, so no guarantee is weakened;
-* every other outcome of an attempt (retry, failed, partial_failure, cancelled,
-  before or while it ran), through one path, `Completer.set_state_if_running`:
+* successes and retries, batched (`Completer.add`, `Completer.add_retry`): a
+  finished job's result or retry waits at most ``delay`` seconds (or until
+  ``batch`` are pending) and is written with the others, one UPDATE for the
+  successes and one for the retries, in the same thread. A job is reported
+  succeeded or requeued only by that committed write; until then it stays
+  ``running`` and is recovered by the reaper if the worker dies, so no guarantee
+  is weakened (a retry whose write is lost this way is an attempt lost with its
+  worker, as before). A retry batch PostgreSQL does not take is written again one
+  job at a time through `Completer.set_state_if_running`;
+* every other outcome of an attempt (failed, partial_failure, cancelled, before
+  or while it ran), through one path, `Completer.set_state_if_running`:
   the write applies only while the job is ``running`` and held by this worker,
   and says whether it did. An outcome PostgreSQL refuses fails the job with
   ``OUTCOME_NOT_RECORDED`` instead;
@@ -102,6 +106,21 @@ class Completion:
     finished: float | None = None
 
 
+@dataclass(slots=True, frozen=True)
+class RetryCompletion:
+    """A retry waiting to be written with the next batch (`Completer.add_retry`).
+
+    Attributes:
+        request: the attempt's request. outcome: its ``queued`` outcome (delay, error,
+            attempts allowed). started: when its body started (Unix seconds, the
+            worker's clock), None if it never did.
+    """
+
+    request: Request
+    outcome: Outcome
+    started: float | None
+
+
 # Seconds a start waits for the successes queued before it to be written (then it is
 # written anyway: the sync start of a non-idempotent task; or tried again: the batch).
 START_WAIT = 1.0
@@ -121,6 +140,8 @@ class Completer:
         on_written: called after each success batch commits with the completions
             written and the ids that were no longer held (reaped or cancelled
             meanwhile); the worker wakes its claim loop there.
+        on_requeued: called after a retry batch commits (the jobs are due again,
+            at once or later); the worker wakes its claim loop there.
     """
 
     def __init__(
@@ -132,6 +153,7 @@ class Completer:
         batch: int = 500,
         delay: float = 0.002,
         on_written: Callable[[list[Completion], set[int]], None] | None = None,
+        on_requeued: Callable[[], None] | None = None,
     ) -> None:
         self.jobs = jobs
         self.worker_id = worker_id
@@ -139,9 +161,10 @@ class Completer:
         self.batch = batch
         self.delay = delay
         self.on_written = on_written
+        self.on_requeued = on_requeued
         # Pool threads append to a deque (atomic, no lock to contend for) and set an
         # event when the writer may be asleep; the writer drains up to a batch.
-        self._pending: collections.deque[Completion] = collections.deque()
+        self._pending: collections.deque[Completion | RetryCompletion] = collections.deque()
         self._ready = threading.Event()  # something may be pending
         self._full = threading.Event()  # a batch is full
         self._stop = False
@@ -153,6 +176,7 @@ class Completer:
         self._batches = threading.Condition()
         self._taken = 0
         self._done = 0
+        self._in_flight = 0  # items of the batch being written
 
     def _owner(self) -> str:
         if self.worker_id is None:
@@ -170,17 +194,30 @@ class Completer:
         self._thread = threading.Thread(target=self._run, name="pgtasks-completer", daemon=True)
         self._thread.start()
 
-    def add(self, completion: Completion) -> None:
-        """Queue a success for the next batch (safe from any thread, lock-free)."""
+    def add(self, completion: Completion | RetryCompletion) -> None:
+        """Queue a success (or a retry) for the next batch (safe from any thread, lock-free)."""
         self._pending.append(completion)
         if not self._ready.is_set():
             self._ready.set()
         if len(self._pending) >= self.batch and not self._full.is_set():
             self._full.set()
 
+    def add_retry(self, request: Request, outcome: Outcome, started: float | None = None) -> None:
+        """Queue a retry (``outcome.status`` is ``queued``) for the next batch: a failed
+        attempt costs no commit of its own, and its pool slot does not wait for one.
+
+        Args:
+            request: the attempt's request. outcome: what to write (delay, error,
+                attempts allowed). started: when its body started (Unix seconds).
+        """
+        self.add(RetryCompletion(request, outcome, started))
+
     def pending(self) -> int:
-        """Successes not yet written."""
-        return len(self._pending)
+        """Successes and retries not yet written, the batch being written included (a
+        worker that drains a queue must not think it idle while a retry is on its way
+        back to the queue)."""
+        with self._batches:
+            return len(self._pending) + self._in_flight
 
     def stop(self, timeout: float = 10.0) -> None:
         """Write what is pending, then stop the thread."""
@@ -191,7 +228,7 @@ class Completer:
             self._thread.join(timeout)
             self._thread = None
 
-    def _take(self) -> list[Completion] | None:
+    def _take(self) -> list[Completion | RetryCompletion] | None:
         """The next batch to write; None once stopped with nothing pending."""
         pending = self._pending
         while True:
@@ -207,6 +244,7 @@ class Completer:
             with self._batches:
                 taken = [pending.popleft() for _ in range(min(len(pending), self.batch))]
                 self._taken += 1
+                self._in_flight = len(taken)
             self._clear_ready_if_empty()
             return taken
 
@@ -219,10 +257,15 @@ class Completer:
     def _run(self) -> None:
         while (items := self._take()) is not None:
             try:
-                self._write_successes(items)
+                successes = [c for c in items if isinstance(c, Completion)]
+                if successes:
+                    self._write_successes(successes)
+                if len(successes) < len(items):
+                    self._write_retries([c for c in items if isinstance(c, RetryCompletion)])
             finally:
                 with self._batches:
                     self._done += 1
+                    self._in_flight = 0
                     self._batches.notify_all()
 
     def _written_before(self, timeout: float) -> bool:
@@ -319,6 +362,38 @@ class Completer:
         self._hook(
             "pgtasks_job_failed", job_id=c.job_id, task_name=c.task_name, error=error, final_status="failed"
         )
+
+    def _write_retries(self, items: list[RetryCompletion]) -> None:
+        """One statement for a batch of retries; if PostgreSQL does not take it (a lost
+        connection, a record it refuses), each is written on its own through
+        `set_state_if_running`, which retries transient errors and fails a job whose
+        outcome cannot be stored."""
+        try:
+            applied = set(
+                self.jobs.retry_batch(
+                    worker_id=self._owner(),
+                    ids=[r.request.id for r in items],  # type: ignore[misc]  # claimed jobs have ids
+                    delays=[r.outcome.delay for r in items],
+                    max_attempts=[r.outcome.max_attempts for r in items],
+                    errors=[r.outcome.error for r in items],
+                    starts=[r.started for r in items],
+                )
+            )
+        except (SerializationError, DatabaseError) as exc:
+            log.warning(
+                "recording %d retries failed (%s); recording them one by one", len(items), first_line(exc)
+            )
+            for r in items:
+                self.set_state_if_running(r.request, r.outcome, r.started)
+            applied = None
+        if applied is not None:
+            for r in items:
+                if r.request.id in applied:
+                    self._announce(r.request, r.outcome)
+                else:
+                    log.warning("job %s was no longer held by this worker; its retry dropped", r.request.id)
+        if self.on_requeued is not None:
+            self.on_requeued()
 
     # -- every other outcome: one path ------------------------------------------------
 

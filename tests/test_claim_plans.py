@@ -162,10 +162,14 @@ def test_outcomes_find_the_job_by_its_key_whatever_the_statistics_say(
         "id": job_id, "worker_id": "w-plans", "status": "failed", "error": "{}", "result": None, "now": None,
         "delay": 1.0, "max_attempts": 1, "progress": '{"done": 1}', "started": None,
     }  # fmt: skip
-    for query in ("job_finish", "job_retry", "job_report_progress"):
+    # job_retry_batch takes one entry per job in parallel arrays (here one job).
+    batch = {"ids": [job_id], "delays": [1.0], "max_attempts": [1], "errors": ["{}"], "starts": [None]}
+    for query in ("job_finish", "job_retry_batch", "job_report_progress"):
         names = _prepare(session, query, app.store.query(query))
         with session.transaction(force_rollback=True):
-            plan = _explain(session, query, names, values)
+            plan = _explain(
+                session, query, names, {**values, **batch} if query == "job_retry_batch" else values
+            )
         assert plan["Actual Rows"] == 1, f"{query}: wrote {plan['Actual Rows']} rows"
         scans = [n for n in plan_nodes(plan) if n.get("Relation Name") == "jobs" and n is not plan]
         assert [n.get("Index Name") for n in scans] == ["jobs_pkey"], (

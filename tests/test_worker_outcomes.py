@@ -261,7 +261,7 @@ def test_cancel_queued_and_running_jobs_in_the_threads_pool(
         took = time.monotonic() - asked
         done = cli(wdsn, "jobs", "cancel", str(by_cli.id))
         assert done.returncode == 0, done.stderr
-        assert f"job {by_cli.id}: cancel requested" in done.stdout
+        assert f"job {by_cli.id}: running: cancel requested" in done.stdout
         eventually(lambda: status(conn, by_cli.id) == "cancelled", timeout=5, message="cancelled by CLI")
         again = cli(wdsn, "jobs", "cancel", str(by_cli.id))
         assert f"job {by_cli.id}: already finished" in again.stdout

@@ -419,16 +419,41 @@ class JobStore:
     ) -> bool:
         """Put a running job ``worker_id`` holds back in the queue, due in ``delay``
         seconds, recording the failed attempt (its body started at ``started``, Unix
-        seconds); False if it no longer held it.
+        seconds); False if it no longer held it. `retry_batch` of one job.
 
         Raises:
             SerializationError: the error record cannot be stored.
         """
+        applied = self.retry_batch(
+            worker_id=worker_id, ids=[id], delays=[delay], max_attempts=[max_attempts],
+            errors=[error], starts=[started], now=now,
+        )  # fmt: skip
+        return bool(applied)
+
+    def retry_batch(
+        self,
+        *,
+        worker_id: str,
+        ids: Sequence[int],
+        delays: Sequence[float],
+        max_attempts: Sequence[int],
+        errors: Sequence[Mapping[str, Any]],
+        starts: Sequence[float | None],
+        now: Now = None,
+    ) -> list[int]:
+        """Put running jobs ``worker_id`` holds back in the queue in one statement, each
+        as `retry` would (the sequences run in parallel, one entry per job); returns the
+        ids it still held and requeued.
+
+        Raises:
+            SerializationError: an error record cannot be stored (nothing is written).
+        """
         params = {
-            "id": id, "worker_id": worker_id, "delay": delay, "max_attempts": max_attempts,
-            "error": dumps(dict(error), "error"), "started": started, "now": now,
+            "ids": list(ids), "delays": list(delays), "max_attempts": list(max_attempts),
+            "errors": [dumps(dict(error), "error") for error in errors], "starts": list(starts),
+            "worker_id": worker_id, "now": now,
         }  # fmt: skip
-        return self.database.fetch_one("job_retry", params) is not None
+        return [int(r[0]) for r in self.database.fetch_tuples("job_retry_batch", params)]
 
     def defer(self, *, id: int, worker_id: str, delay: float, now: Now = None) -> bool:
         """Hand a claimed job back, due in ``delay`` seconds, without using an attempt."""

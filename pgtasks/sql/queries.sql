@@ -183,6 +183,12 @@ ORDER BY queue, status;
 -- name: job_claim_batch
 -- Claim up to %(limit)s due jobs for a worker: tenants served round-robin (fair) or by strict
 -- priority; at most one job per lock key, none whose lock key is running elsewhere.
+-- Two claims in flight at once could each take a different job of one key: the second
+-- would wait for the first and then fail on jobs_lock_running_idx (unique), losing its
+-- whole batch:
+-- so a job with a lock key is taken only with a transaction-level advisory lock on its
+-- key (class 1885828211, "pgts"; the key's hashtext), which a concurrent claim skips. A
+-- hash shared by two keys only makes one wait for the next claim.
 -- A fair claim takes at most its share of the limit from each tenant (see share below); every
 -- row carries that share (tenant_share), so the worker knows a tenant it got that many from
 -- may have more.
@@ -265,9 +271,12 @@ candidates AS (
                   AND j.priority = p.priority
                   AND j.run_at <= coalesce(%(now)s::timestamptz, now())
                   AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[]))
-                  AND (j.lock_key IS NULL OR NOT EXISTS (
+                  AND (j.lock_key IS NULL OR (NOT EXISTS (
                         SELECT 1 FROM pgtasks.jobs r
-                        WHERE r.lock_key = j.lock_key AND r.status = 'running'))
+                        WHERE r.lock_key = j.lock_key AND r.status = 'running')
+                      -- A claim in flight elsewhere may be taking a job of this key: skip
+                      -- the key rather than collide on jobs_lock_running_idx at commit.
+                      AND pg_try_advisory_xact_lock(1885828211, hashtext(j.lock_key))))
                 ORDER BY j.run_at, j.id
                 LIMIT (SELECT s.share FROM share s)
                 FOR UPDATE SKIP LOCKED
@@ -343,9 +352,10 @@ WITH candidates AS (
       AND j.queue = ANY(%(queues)s::text[])
       AND j.run_at <= coalesce(%(now)s::timestamptz, now())
       AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[]))
-      AND (j.lock_key IS NULL OR NOT EXISTS (
+      AND (j.lock_key IS NULL OR (NOT EXISTS (
             SELECT 1 FROM pgtasks.jobs r
-            WHERE r.lock_key = j.lock_key AND r.status = 'running'))
+            WHERE r.lock_key = j.lock_key AND r.status = 'running')
+          AND pg_try_advisory_xact_lock(1885828211, hashtext(j.lock_key))))  -- see job_claim_batch
     FOR UPDATE SKIP LOCKED
 ),
 picked AS (
@@ -482,24 +492,34 @@ SET status = %(status)s, finished_at = coalesce(%(now)s::timestamptz, now()),
 WHERE id = %(id)s AND status = (SELECT 'running'::text) AND worker_id = %(worker_id)s
 RETURNING id, finished_at, pg_notify('pgtasks_done', '') IS NOT NULL AS notified;
 
--- name: job_retry
--- Send a running job back to the queue for another attempt after %(delay)s seconds,
--- appending the failed attempt (started at %(started)s, as in job_finish) to its history.
--- Found by its primary key whatever the statistics say (see job_finish).
-UPDATE pgtasks.jobs
+-- name: job_retry_batch
+-- Send running jobs back to the queue for another attempt, one statement for many (the
+-- completer writes them beside the successes, so a retry costs no commit of its own).
+-- Per job, in the order of %(ids)s (bigint[]): %(delays)s seconds until it is due again,
+-- %(max_attempts)s attempts now allowed (raised by retry(max_retries=)), %(errors)s its
+-- error record, %(starts)s when its body started (Unix seconds, the worker's clock; NULL:
+-- it never did; a start already written stays). The failed attempt is appended to the
+-- history, numbered and triggered as in job_finish. Found by primary key whatever the
+-- statistics say: the ids come from a function scan and the expected status is a run-time
+-- value (see job_finish). Wakes each queue's workers on commit (PostgreSQL delivers
+-- identical notifications of one transaction once).
+UPDATE pgtasks.jobs j
 SET status = 'queued', worker_id = NULL, started_at = NULL, heartbeat_at = NULL,
-    run_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s::float8),
-    max_attempts = greatest(max_attempts, %(max_attempts)s::integer),
-    error = %(error)s::jsonb, cancel_requested = false,
-    attempts = attempts || jsonb_build_array(jsonb_build_object(
-        'attempt', attempt_base + attempt,
-        'trigger', CASE WHEN attempt > 1 THEN 'retry' WHEN attempts <> '[]' THEN 'manual' ELSE trigger END,
-        'worker_id', worker_id,
-        'started_at', coalesce(started_at, to_timestamp(%(started)s::float8)),
+    run_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => v.delay),
+    max_attempts = greatest(j.max_attempts, v.max_attempts),
+    error = v.error, cancel_requested = false,
+    attempts = j.attempts || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempt_base + j.attempt,
+        'trigger', CASE WHEN j.attempt > 1 THEN 'retry' WHEN j.attempts <> '[]' THEN 'manual'
+                        ELSE j.trigger END,
+        'worker_id', j.worker_id,
+        'started_at', coalesce(j.started_at, to_timestamp(v.started)),
         'finished_at', coalesce(%(now)s::timestamptz, now()), 'outcome', 'retry',
-        'error', %(error)s::jsonb))
-WHERE id = %(id)s AND status = (SELECT 'running'::text) AND worker_id = %(worker_id)s
-RETURNING id, run_at, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
+        'error', v.error))
+FROM unnest(%(ids)s::bigint[], %(delays)s::float8[], %(max_attempts)s::integer[],
+            %(errors)s::jsonb[], %(starts)s::float8[]) AS v(id, delay, max_attempts, error, started)
+WHERE j.id = v.id AND j.status = (SELECT 'running'::text) AND j.worker_id = %(worker_id)s
+RETURNING j.id, pg_notify('pgtasks_jobs', j.queue) IS NOT NULL AS notified;
 
 -- name: job_claim_suspects
 -- After a claim failed on something other than a race: the jobs it may have tried to take,
