@@ -12,7 +12,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.sizes import BULK_CALL, MIXED_LOCK_KEYS, MIXED_TENANTS, PRODUCER_THREADS, Sizes
+from benchmarks.sizes import (
+    BULK_CALL,
+    MIXED_JOBS_PER_LOCK_KEY,
+    MIXED_TENANTS,
+    PRODUCER_THREADS,
+    Sizes,
+    mixed_lock_keys,
+)
 
 # Deadlines (s): a base for start-up, the fill at no less than FILL_FLOOR jobs/s, then
 # processing at no less than FLOOR_RATE jobs/s but never longer than Sizes.process_cap,
@@ -119,7 +126,7 @@ RUNS: tuple[Run, ...] = (
         lambda s: {
             "n": s.mixed,
             "tenants": MIXED_TENANTS,
-            "lock_keys": MIXED_LOCK_KEYS,
+            "lock_keys": mixed_lock_keys(s.mixed),
             "cap": s.process_cap,
         },
         lambda s: BASE_DEADLINE + s.mixed / FILL_FLOOR + _processing(s, s.mixed),
@@ -230,7 +237,8 @@ METRICS: tuple[Metric, ...] = (
     _metric("process_mixed", "Processing mixed work", "mixed", "process_jobs_per_s", "jobs/s", capped=True,
             over_reference="process",
             description=f"a pre-filled queue of {MIXED_TENANTS} tenants' no-op jobs, one in ten failing its "
-            f"first attempt and retried at once, one in ten holding one of {MIXED_LOCK_KEYS} lock keys; "
+            f"first attempt and retried at once, one in ten holding a lock key (one key per "
+            f"{MIXED_JOBS_PER_LOCK_KEY} locked jobs); "
             "first to last completion, no ANALYZE after the fill; the figure checks that every job ended "
             "succeeded and that exactly the failing ones were retried. `vs raw` is over raw's plain "
             "processing (the figure above) of the same run: the peers have no tenants",

@@ -4,8 +4,9 @@
 
 The mixed-work figure (`benchmarks.systems.ops.figure_mixed`) spreads its jobs over
 150 tenants, fails one in ten once (retried with no delay) and gives another one in
-ten one of 5 lock keys. This probe drains the same backlog four ways, each in a fresh
-database, interleaved per repetition: ``plain`` (150 tenants only), ``retries``
+ten a lock key (one key per 10 locked jobs; ``--lock-keys`` sets another count). This
+probe drains the same backlog four ways, each in a fresh database, interleaved per
+repetition: ``plain`` (150 tenants only), ``retries``
 (plus the failing jobs), ``locks`` (plus the lock keys) and ``mixed`` (both: the
 figure). Each drain is the figure's own op, with its checks (every job succeeded,
 exactly the failing jobs retried) and the processing figure's worker fleet and
@@ -27,7 +28,7 @@ from pathlib import Path
 from benchmarks import pg
 from benchmarks.environments import compile_project
 from benchmarks.probe import add_common_options, interleaved
-from benchmarks.sizes import MIXED_LOCK_KEYS, MIXED_TENANTS
+from benchmarks.sizes import MIXED_TENANTS, mixed_lock_keys
 from benchmarks.systems.base import Params
 from benchmarks.systems.clock import Clock
 from benchmarks.systems.ops import figure_mixed
@@ -40,8 +41,9 @@ DEADLINE_SECONDS = 600.0
 CAP_SECONDS = 120.0
 
 
-def measure(admin_dsn: str, variant: str, jobs: int, rep: int) -> float:
-    """One drain of ``jobs`` jobs of ``variant`` (a key of `VARIANTS`); returns jobs/s.
+def measure(admin_dsn: str, variant: str, jobs: int, rep: int, lock_keys: int) -> float:
+    """One drain of ``jobs`` jobs of ``variant`` (a key of `VARIANTS`) over ``lock_keys``
+    distinct lock keys; returns jobs/s.
 
     Raises:
         RuntimeError: the drain was cut at `CAP_SECONDS` or timed nothing.
@@ -56,7 +58,7 @@ def measure(admin_dsn: str, variant: str, jobs: int, rep: int) -> float:
             try:
                 driver.migrate()
                 result = figure_mixed(
-                    driver, Clock(DEADLINE_SECONDS), jobs, tenants=MIXED_TENANTS, lock_keys=MIXED_LOCK_KEYS,
+                    driver, Clock(DEADLINE_SECONDS), jobs, tenants=MIXED_TENANTS, lock_keys=lock_keys,
                     cap=CAP_SECONDS, retries=retries, locks=locks,
                 )  # fmt: skip
             finally:
@@ -73,20 +75,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments, measure, print one line per variant; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.mixed", description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=JOBS, help="jobs per drain (default %(default)s)")
+    parser.add_argument(
+        "--lock-keys",
+        type=int,
+        default=None,
+        help="distinct lock keys (default: as the figure, one per 10 locked jobs); "
+        "few keys make each a long chain of serial commits",
+    )
     add_common_options(parser)
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error(f"--reps must be >= 1, got {args.reps}")
     if args.jobs < MIXED_TENANTS:
         parser.error(f"--jobs must be at least the tenant count ({MIXED_TENANTS}), got {args.jobs}")
+    lock_keys = mixed_lock_keys(args.jobs) if args.lock_keys is None else args.lock_keys
+    if lock_keys < 1:
+        parser.error(f"--lock-keys must be >= 1, got {lock_keys}")
     compile_project()
     names = list(VARIANTS)
     results = interleaved(
-        range(len(names)), args.reps, lambda index, rep: measure(args.dsn, names[index], args.jobs, rep)
+        range(len(names)),
+        args.reps,
+        lambda index, rep: measure(args.dsn, names[index], args.jobs, rep, lock_keys),
     )
     medians = {names[i]: statistics.median(v) for i, v in results.items()}
     print(
-        f"{args.jobs:,} jobs, {MIXED_TENANTS} tenants, 2 worker processes, {args.reps} repetitions, medians"
+        f"{args.jobs:,} jobs, {MIXED_TENANTS} tenants, {lock_keys:,} lock keys, 2 worker processes, "
+        f"{args.reps} repetitions, medians"
     )
     for index, runs in results.items():
         name = names[index]

@@ -19,7 +19,7 @@ from typing import Any
 from benchmarks.figures import METRICS, RUNS, TARGETS, Metric, Summary, Target
 from benchmarks.plots import write_plots
 from benchmarks.registry import REFERENCE, SUBJECT
-from benchmarks.sizes import BULK_CALL, MIXED_LOCK_KEYS, MIXED_TENANTS, PRODUCER_THREADS
+from benchmarks.sizes import BULK_CALL, MIXED_TENANTS, PRODUCER_THREADS, mixed_lock_keys
 
 
 def metric_values(results: dict[str, Any], system: str, metric: Metric) -> list[float]:
@@ -339,7 +339,8 @@ def _sizes_section(results: dict[str, Any]) -> list[str]:
         f"- fairness: tenant A backlog {sizes['fairness_backlog']:,}, tenant B {sizes['fairness_b']} jobs",
         f"- deep queue: first {sizes['deep_jobs']:,} jobs processed with {sizes['deep_small']:,} vs "
         f"{sizes['deep_large']:,} due jobs queued",
-        f"- mixed work: {sizes.get('mixed', 0):,} jobs over {MIXED_TENANTS} tenants, {MIXED_LOCK_KEYS} lock "
+        f"- mixed work: {sizes.get('mixed', 0):,} jobs over {MIXED_TENANTS} tenants, "
+        f"{mixed_lock_keys(sizes.get('mixed', 0)):,} lock "
         f"keys; enqueue from {', '.join(str(n) for n in PRODUCER_THREADS)} producer threads: "
         f"{sizes.get('producer_jobs', 0):,} jobs each; bulk in calls of {BULK_CALL:,}: "
         f"{sizes['bulk']:,} jobs",

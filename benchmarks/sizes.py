@@ -6,12 +6,20 @@ import dataclasses
 from dataclasses import dataclass
 
 # The claim-path figures' fixed shapes (not scaled by --n): producer threads of the
-# concurrent-enqueue figure; tenants and distinct lock keys of the mixed-work figure;
+# concurrent-enqueue figure; tenants and jobs per lock key of the mixed-work figure;
 # jobs per call of the bulk figure in calls of 1,000.
 PRODUCER_THREADS = (1, 4, 16, 64)
 MIXED_TENANTS = 150
-MIXED_LOCK_KEYS = 5
+# Lock keys name an entity (a mailbox, a document, a backup agent), so there are many
+# of them, each with a few jobs: one key per this many locked jobs. A few keys holding
+# thousands of jobs each would measure a chain of serial commits, not the claim.
+MIXED_JOBS_PER_LOCK_KEY = 10
 BULK_CALL = 1000
+
+
+def mixed_lock_keys(jobs: int) -> int:
+    """Distinct lock keys of a mixed-work figure of ``jobs`` jobs (one in ten is locked)."""
+    return max(1, jobs // (10 * MIXED_JOBS_PER_LOCK_KEY))
 
 
 @dataclass(frozen=True, slots=True)
