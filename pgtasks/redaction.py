@@ -171,7 +171,8 @@ _NAME_VALUE: Final = re.compile(
 
 
 def _variants(value: str) -> set[str]:
-    """A secret as it may appear in text: itself, inside a repr, inside JSON."""
+    """A secret as it may appear in text: itself, and escaped as a repr or a traceback
+    shows it (``\\n`` for a line break, ``\\'`` for a quote)."""
     found = {value, repr(value)[1:-1]}
     found.add(value.encode("unicode_escape").decode("ascii"))
     return {v for v in found if len(v) >= MIN_SECRET_CHARS}
