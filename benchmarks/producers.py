@@ -12,8 +12,9 @@ four variants run in turn, interleaved, each enqueueing ``--jobs`` jobs split ev
 over that many threads, one call per job, each call its own commit:
 
 * ``wakeup``: ``task.delay()``, as an application calls it: the INSERT does not
-  notify, the app's wake-up sender does after the commit; the app's pool holds one
-  connection per thread, as a web app sizes it;
+  notify (but the first after a quiet spell of 2 ms), the app's wake-up sender does
+  after the commit; the app's pool holds one connection per thread, as a web app
+  sizes it;
 * ``in-commit``: the same ``delay()`` with the wake-up inside the INSERT's own
   commit (the statement's ``notify`` flag on, the sender off): what an enqueue
   inside a caller's transaction does, and what every enqueue did before;
@@ -21,8 +22,8 @@ over that many threads, one call per job, each call its own commit:
 * ``raw``: the raw-SQL reference's single-row ``INSERT`` (`benchmarks.systems.raw_system`)
   into its own table, one psycopg connection per thread.
 
-The variants swap the app's `JobStore.insert` flag and `WakeupSender.wake` on the
-app's own stores (there is no user-facing switch). Each thread enqueues a few jobs
+The variants swap the app's `JobStore.insert` flag, `WakeupSender.wake` and
+`WakeupSender.leads` on the app's own stores (there is no user-facing switch). Each thread enqueues a few jobs
 before the clock starts (connections open, statements prepared); the clock runs
 from releasing all threads together to the last one's end, and for ``wakeup`` to
 the sender's last send. One connection LISTENs on pgtasks' channel throughout and
@@ -125,6 +126,7 @@ def measure(dsn: str, variant: str, producers: int, jobs: int) -> float:
         stores = app.stores
         if variant != "wakeup":
             stores.wakeups.wake = _no_wakeup  # type: ignore[method-assign]
+            stores.wakeups.leads = _never_leads  # type: ignore[method-assign]
         if variant == "in-commit":
             stores.jobs.insert = partial(_insert_notifying, stores.jobs.insert)  # type: ignore[method-assign]
         rate = run_threads(producers, jobs, lambda i: task.delay())
@@ -139,6 +141,11 @@ def measure(dsn: str, variant: str, producers: int, jobs: int) -> float:
 
 def _no_wakeup(queue: str, job_id: int | None = None) -> None:
     """The sender switched off."""
+
+
+def _never_leads() -> bool:
+    """No enqueue notifies in its own commit as the first after a quiet spell."""
+    return False
 
 
 def _insert_notifying(

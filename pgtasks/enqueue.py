@@ -9,8 +9,8 @@ never climbs back into the application object.
 Bulk enqueue validates each distinct (task, options) pair once and adds no
 per-job work beyond encoding the arguments: plain batches of at least
 `COPY_THRESHOLD` jobs are streamed through COPY, others go as one multi-row
-INSERT of keyword arrays; either way one wake-up per queue, after the commit (see
-`pgtasks.db.wakeups`; inside a caller's transaction, on its commit).
+INSERT of keyword arrays; either way one wake-up per queue, on the commit or just
+after it (see `pgtasks.db.wakeups`).
 """
 
 from __future__ import annotations
@@ -239,11 +239,13 @@ class JobEnqueuer:
             correlation_id=options.get("_correlation_id"),
         )
         stores = self.source.stores
-        # A job that commits on its own is announced after the commit, by the sender
-        # (its commits never serialise producers); one in the caller's transaction by
-        # its own statement, delivered when that transaction commits.
-        job_id = stores.jobs.insert(job, conn=conn, notify=conn is not None)
-        if conn is None:
+        # A job in the caller's transaction is announced by its own statement, delivered
+        # when that transaction commits; so is the first job after a quiet spell. One
+        # that commits on its own amid others is announced after the commit, by the
+        # sender: notifying commits would serialise the producers (pgtasks.db.wakeups).
+        in_commit = conn is not None or stores.wakeups.leads()
+        job_id = stores.jobs.insert(job, conn=conn, notify=in_commit)
+        if not in_commit:
             stores.wakeups.wake(job.queue, job_id)
         call_isolated(
             self.plugin_manager,
@@ -331,9 +333,10 @@ class JobEnqueuer:
                     unique_keys=[call[4] for call in rows],
                     conn=tx,
                 )
-            if conn is not None:
+            in_commit = conn is not None or stores.wakeups.leads()  # as in enqueue
+            if in_commit:
                 jobs.notify_queues(queues=queues, conn=tx)
-        if conn is None:
+        if not in_commit:
             for queue in queues:
                 stores.wakeups.wake(queue)
         names = {b["task_name"] for b in used}

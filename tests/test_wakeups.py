@@ -67,10 +67,12 @@ def test_delay_wakes_workers_with_the_job_named(app: pgtasks.App, listener: List
     listener.wait_for(f"mail:{result.id}")
 
 
-def test_the_insert_of_a_pooled_enqueue_does_not_notify(
-    app: pgtasks.App, listener: Listener, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("leads", [False, True], ids=["amid-others", "after-a-quiet-spell"])
+def test_who_sends_a_pooled_enqueues_wake_up(
+    app: pgtasks.App, listener: Listener, monkeypatch: pytest.MonkeyPatch, leads: bool
 ) -> None:
-    """The notification comes from the sender's statement, not from the producer's commit."""
+    """Amid other enqueues the INSERT does not notify and the sender does; the first
+    after a quiet spell notifies in its own commit and leaves the sender alone."""
 
     @app.task(name="wake.quiet", queue="mail")
     def quiet() -> None: ...
@@ -84,11 +86,26 @@ def test_the_insert_of_a_pooled_enqueue_does_not_notify(
         original(payloads=payloads, conn=conn)
 
     monkeypatch.setattr(jobs, "wake", recording)
+    monkeypatch.setattr(app.stores.wakeups, "leads", lambda: leads)
     result = quiet.delay()
     listener.wait_for(f"mail:{result.id}")
-    assert [f"mail:{result.id}"] in sent
+    app.stores.wakeups.flush()
+    assert sent == ([] if leads else [[f"mail:{result.id}"]])
     listener.drain(0.3)
-    assert listener.received.count(f"mail:{result.id}") == 1  # not also from the INSERT
+    assert listener.received.count(f"mail:{result.id}") == 1  # not from both
+
+
+def test_only_the_first_enqueue_after_a_quiet_spell_leads(app: pgtasks.App) -> None:
+    sender = WakeupSender(app.stores.jobs)
+    assert sender.leads()
+    assert not sender.leads(), "an enqueue right after another must leave its wake-up to the sender"
+    time.sleep(2 * MIN_INTERVAL)
+    assert sender.leads()
+    with sender._cond:
+        sender._pending["q"] = [1]  # a wake-up waiting to be sent: not quiet
+    time.sleep(2 * MIN_INTERVAL)
+    assert not sender.leads()
+    sender.close()
 
 
 def test_enqueue_in_the_callers_transaction_wakes_on_its_commit(

@@ -7,15 +7,17 @@ therefore makes concurrent producers commit one at a time (measured in
 docs/benchmarks.md: with 16 threads, 0.56x the same INSERT without it).
 
 An enqueue that commits on its own (a pooled connection, no caller transaction)
-writes its row without notifying and hands the wake-up to this sender. A background
+and follows another within `MIN_INTERVAL` writes its row without notifying and
+hands the wake-up to this sender; the first after a quiet spell notifies inside its
+own commit (`WakeupSender.leads`), as nothing is then in flight to serialise with,
+and the worker hears of the job at once. A background
 thread sends what is pending, as one statement on a dedicated connection
 (``job_wake``), whose commit does not wait for the WAL flush: a wake-up is only a
 hint, so one lost in a server crash costs a poll interval, never a job. While one
 send is on its way, and for the rest of a short interval after it (`MIN_INTERVAL`),
 further wake-ups gather and leave together with the next, so under load the
 notifications coalesce and the producers' commits never take the notification
-lock. The first wake-up after a quiet spell leaves at once: an idle worker hears
-of a new job one round trip after its commit.
+lock. The first wake-up handed over after a quiet spell of sends leaves at once.
 
 Wake-ups inside a caller's transaction (``connection=``) are still sent by the
 enqueue statement itself: only PostgreSQL knows when that transaction commits.
@@ -100,9 +102,23 @@ class WakeupSender:
         self._pending: dict[str, list[int] | None] = {}  # queue -> named ids; None: bare
         self._sending = False
         self._last_send = -MIN_INTERVAL
+        self._last_asked = -MIN_INTERVAL  # when an enqueue last asked `leads`
         self._thread: threading.Thread | None = None
         self._conn: AnyConnection | None = None
         self._failing = False
+
+    def leads(self) -> bool:
+        """Whether an enqueue about to commit on its own should notify inside its own
+        commit instead: the first after a quiet spell (no enqueue within `MIN_INTERVAL`,
+        nothing pending or being sent). Then no other notifying commit is likely to be
+        in flight to serialise with, and the worker hears of the job at the commit
+        itself, without the sender's extra hop. Every call counts as an enqueue.
+        """
+        if self._pid != os.getpid():
+            self._reset()
+        now = time.monotonic()
+        last, self._last_asked = self._last_asked, now  # a race only makes two lead
+        return now - last >= MIN_INTERVAL and not self._pending and not self._sending
 
     def wake(self, queue: str, job_id: int | None = None) -> None:
         """Ask for the workers of ``queue`` to be woken for ``job_id`` (None: any job).
