@@ -177,6 +177,20 @@ def test_a_secret_by_reference_is_stored_nowhere_and_reaches_the_task(
     assert REF_SECRET not in log and "login with" in log
 
 
+def test_a_retried_attempt_keeps_its_secret_out_of_the_history_and_the_log(
+    secrets_app: pgtasks.App, wdsn: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    r = secrets_app.tasks["s.retry_once"].delay(PASSWORD)
+
+    log = _run_worker(wdsn, tmp_path / "worker.log")
+
+    assert r.get(timeout=10) == 2
+    (first, *_) = r.job().history()
+    assert first.error is not None and first.error["message"] == f"login refused for {MARK}"
+    assert "retry in" in log and PASSWORD not in log
+    assert PASSWORD not in _stored_text(conn, but_args_of=r.id)
+
+
 # -- pieces -------------------------------------------------------------------------------------
 
 

@@ -51,6 +51,14 @@ def make_app(dsn: str | None = None) -> pgtasks.App:
             raise ValueError(f"login with {secret} refused")
         return digest(secret) == expected
 
+    @app.task(
+        name="s.retry_once", bind=True, max_retries=1, autoretry_for=(ValueError,), default_retry_delay=0
+    )
+    def retry_once(self: TaskContext, db_password: str) -> int:
+        if self.request.attempt == 1:
+            raise ValueError(f"login refused for {db_password}")
+        return self.request.attempt
+
     return app
 
 
