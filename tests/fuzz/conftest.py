@@ -28,7 +28,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from psycopg import sql
 
@@ -46,7 +46,14 @@ _common = {
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
     "print_blob": True,
 }
-settings.register_profile("ci", database=None, derandomize=False, **_common)  # type: ignore[arg-type]
+# ci: no example database and no shrinking, so a failure costs seconds, not minutes of the
+# test run; the long profile shrinks it to a minimal example.
+settings.register_profile(
+    "ci",
+    database=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    **_common,  # type: ignore[arg-type]
+)
 settings.register_profile(
     "long",
     database=DirectoryBasedExampleDatabase(str(REPO / ".hypothesis" / "fuzz")),
