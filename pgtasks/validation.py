@@ -94,6 +94,9 @@ def short(value: object, keep: int = 40) -> str:
     """
     if isinstance(value, str) and len(value) > keep:
         return f"{value[:keep]!a}... ({len(value)} characters)"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        # str() of an int past sys.get_int_max_str_digits() (4,300 digits) raises.
+        return f"an int of {value.bit_length()} bits"
     text = ascii(value)
     return text if len(text) <= keep * 2 else f"{text[: keep * 2]}..."
 

@@ -120,6 +120,28 @@ def test_countdown_too_large_for_a_float_is_refused(
     _refused(conn, lambda: task.apply_async((1,), countdown=10**400), "countdown", "315576000")
 
 
+@pytest.mark.parametrize("option", ["countdown", "unique_key", "priority"])
+def test_an_int_too_long_to_print_is_refused_with_a_typed_error(
+    task: pgtasks.Task, conn: psycopg.Connection[Any], option: str
+) -> None:
+    """Python refuses str() of an int past 4,300 digits; the refusal must not trip on it."""
+    _refused(conn, lambda: task.apply_async((1,), **{option: 10**4300}), option, "bits")
+
+
+def test_schedule_args_kwargs_and_after_of_the_wrong_type_are_refused(
+    sapp: pgtasks.App, conn: psycopg.Connection[Any]
+) -> None:
+    for bad in ({"kwargs": "0"}, {"kwargs": True}, {"args": 5}, {"after": 3}):
+        _refused(
+            conn,
+            lambda bad=bad: sapp.schedules.create("nightly", "ocr", "0 3 * * *", **{"args": (1,), **bad}),
+            next(iter(bad)),
+            error=InvalidSchedule,
+        )
+    sapp.schedules.create("nightly", "ocr", "0 3 * * *", args=(1,), after=None)  # None: no prerequisite
+    assert _rows(conn, "schedules") == 1
+
+
 def test_time_limit_beyond_the_longest_delay_is_refused(app: pgtasks.App) -> None:
     for option in ("time_limit", "soft_time_limit"):
         with pytest.raises(

@@ -201,7 +201,7 @@ class ScheduleSpec:
         misfire: str = "skip",
         catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT,
         max_retries: int | _Inherit | None = INHERIT,
-        after: Iterable[str] = (),
+        after: Iterable[str] | None = (),
     ) -> ScheduleSpec:
         """Build a spec for a registered task; unset options come from the task's.
 
@@ -215,7 +215,7 @@ class ScheduleSpec:
             overlap, misfire, catch_up_limit: policies (see `ScheduleSpec`).
             max_retries: retry runs after a transient failure; `INHERIT` (default)
                 takes the task's ``max_retries``.
-            after: prerequisite schedule names.
+            after: prerequisite schedule names (None: none).
 
         Raises:
             InvalidSchedule, SerializationError, ConfigurationError: see the class;
@@ -223,10 +223,14 @@ class ScheduleSpec:
                 task's signature (unless the task has ``typing=False``).
         """
         opts = task.options
-        if isinstance(after, str):
-            raise InvalidSchedule(f"after must be a list of schedule names, not the str {after!r}")
-        if isinstance(args, str | bytes | Mapping):
+        if after is None:
+            after = ()
+        if not isinstance(after, list | tuple):
+            raise InvalidSchedule(f"after must be a list of schedule names, not {type(after).__name__}")
+        if not isinstance(args, list | tuple):
             raise InvalidSchedule(f"args must be a tuple or list, not {type(args).__name__}")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise InvalidSchedule(f"kwargs must be a dict, not {type(kwargs).__name__}")
         args_tuple = tuple(args)
         kwargs_dict = dict(kwargs or {})
         task.check_call(args_tuple, kwargs_dict)

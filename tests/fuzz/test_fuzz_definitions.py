@@ -14,7 +14,6 @@ import itertools
 import uuid
 from typing import Any
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,13 +22,6 @@ from pgtasks.errors import PgtasksError
 
 from .conftest import QUEUE, Harness, count_cases, fuzz_settings, same
 from .strategies import anything, odd_text, rarely, text, values
-
-_HUGE_INT_IN_MESSAGE = pytest.mark.xfail(
-    strict=False,
-    reason="pgtasks.validation.short() calls ascii() on a refused value: an int of more than 4,300 "
-    "digits raises ValueError instead of the ConfigurationError (e.g. countdown=10**4300, "
-    "unique_key=10**4300, app.task(name=10**4300))",
-)
 
 _names = itertools.count()
 # What tasks made in this module received, by the token passed as their first argument.
@@ -86,7 +78,6 @@ def _short_limit(opts: dict[str, Any]) -> bool:
     )
 
 
-@_HUGE_INT_IN_MESSAGE
 @fuzz_settings(ci=25, long=1500)
 @given(opts=task_options, args=st.lists(values, max_size=3), kwargs=st.dictionaries(text, values, max_size=2))
 def test_task_options_refused_or_working(
@@ -197,12 +188,6 @@ schedule_options = st.fixed_dictionaries(
 schedule_names = st.one_of(text, st.builds(lambda n: "s" * n, st.integers(195, 205)), anything)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="ScheduleSpec.for_task (pgtasks/scheduler/spec.py) runs dict(kwargs) and tuple(after) "
-    "unchecked: schedules.create(..., kwargs='0') raises ValueError, kwargs=True and after=None "
-    "raise TypeError, instead of a typed error",
-)
 @fuzz_settings(ci=25, long=1500)
 @given(name=schedule_names, cron=crons, args=st.lists(values, max_size=3), opts=schedule_options)
 def test_schedule_definitions_refused_or_working(
