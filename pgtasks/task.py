@@ -31,7 +31,15 @@ if TYPE_CHECKING:
     from pgtasks.ports import Engine, Enqueuer
     from pgtasks.result import AsyncResult
 
-__all__ = ["ENQUEUE_OPTIONS", "MAX_KEY_BYTES", "Signature", "Task", "TaskOptions", "backoff_delay"]
+__all__ = [
+    "ENQUEUE_OPTIONS",
+    "MAX_DELAY",
+    "MAX_KEY_BYTES",
+    "Signature",
+    "Task",
+    "TaskOptions",
+    "backoff_delay",
+]
 
 SMALLINT_MIN: Final = -32768
 SMALLINT_MAX: Final = 32767

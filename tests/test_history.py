@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+import psycopg.types.json
 import pytest
 
 import pgtasks
@@ -39,7 +40,7 @@ class HistoryApp:
     def __init__(self, dsn: str) -> None:
         self.app = pgtasks.App("history-tests", dsn=dsn, load_entry_points=False)
         self.healed = False
-        self.seen: list[tuple[int, int]] = []
+        self.seen: list[tuple[int | None, int]] = []
 
         @self.app.task(
             name="h.flaky",
@@ -83,7 +84,7 @@ def timeline(job: pgtasks.Job) -> list[tuple[Any, ...]]:
     """The history as comparable tuples: attempts (number, trigger, outcome, error
     message) and requeues ("requeue", by, from status, after attempt)."""
     out: list[tuple[Any, ...]] = []
-    for entry in job.history():
+    for entry in job.timeline():
         if isinstance(entry, Requeue):
             out.append(("requeue", entry.by, entry.from_status, entry.after_attempt))
         else:
@@ -126,7 +127,7 @@ def test_a_requeued_job_that_succeeds_shows_every_attempt_numbered_on(h: History
 
     assert h.app.requeue(job_id, by="ops:alice") is True
     queued = h.app.get_job(job_id)
-    requeue = queued.history()[-1]
+    requeue = queued.timeline()[-1]
     assert isinstance(requeue, Requeue) and requeue.at is not None
     assert (queued.status, queued.attempt_number) == (JobStatus.QUEUED, 2)
 

@@ -10,6 +10,7 @@ and parameters that would make a call loop or wait forever.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -125,16 +126,19 @@ def test_an_int_too_long_to_print_is_refused_with_a_typed_error(
     task: pgtasks.Task, conn: psycopg.Connection[Any], option: str
 ) -> None:
     """Python refuses str() of an int past 4,300 digits; the refusal must not trip on it."""
-    _refused(conn, lambda: task.apply_async((1,), **{option: 10**4300}), option, "bits")
+    huge: dict[str, Any] = {option: 10**4300}
+    _refused(conn, lambda: task.apply_async((1,), **huge), option, "bits")
 
 
 def test_schedule_args_kwargs_and_after_of_the_wrong_type_are_refused(
     sapp: pgtasks.App, conn: psycopg.Connection[Any]
 ) -> None:
-    for bad in ({"kwargs": "0"}, {"kwargs": True}, {"args": 5}, {"after": 3}):
+    cases: list[dict[str, Any]] = [{"kwargs": "0"}, {"kwargs": True}, {"args": 5}, {"after": 3}]
+    for bad in cases:
+        options: dict[str, Any] = {"args": (1,), **bad}
         _refused(
             conn,
-            lambda bad=bad: sapp.schedules.create("nightly", "ocr", "0 3 * * *", **{"args": (1,), **bad}),
+            functools.partial(sapp.schedules.create, "nightly", "ocr", "0 3 * * *", **options),
             next(iter(bad)),
             error=InvalidSchedule,
         )
@@ -226,7 +230,7 @@ def test_schedule_args_given_as_a_string_are_refused(
 ) -> None:
     _refused(
         conn,
-        lambda: sapp.schedules.create("daily", "ocr", "@daily", args="7"),  # type: ignore[arg-type]
+        lambda: sapp.schedules.create("daily", "ocr", "@daily", args="7"),
         "args must be a tuple or list, not str",
         error=InvalidSchedule,
     )
@@ -234,7 +238,7 @@ def test_schedule_args_given_as_a_string_are_refused(
 
 def test_a_task_must_wrap_a_function(app: pgtasks.App) -> None:
     with pytest.raises(ConfigurationError, match="must wrap a function, got 42"):
-        app.task(name="number")(42)  # type: ignore[call-overload]
+        app.task(name="number")(42)  # type: ignore[arg-type]
     assert "number" not in app.tasks
 
 
@@ -246,10 +250,12 @@ def test_headers_larger_than_the_bound_are_refused(task: pgtasks.Task, conn: psy
 
 @pytest.mark.parametrize("parameter", ["queue", "task_name", "tenant"])
 def test_list_jobs_filter_not_utf8_or_too_long_is_refused(app: pgtasks.App, parameter: str) -> None:
+    surrogate: dict[str, Any] = {parameter: SURROGATE}
+    long: dict[str, Any] = {parameter: LONG}
     with pytest.raises(ConfigurationError, match=f"{parameter} .*lone surrogate"):
-        app.list_jobs(**{parameter: SURROGATE})
+        app.list_jobs(**surrogate)
     with pytest.raises(ConfigurationError, match=f"at most {MAX_KEY_BYTES}"):
-        app.list_jobs(**{parameter: LONG})
+        app.list_jobs(**long)
 
 
 def test_schedule_actor_texts_are_checked(sapp: pgtasks.App, conn: psycopg.Connection[Any]) -> None:
@@ -371,8 +377,9 @@ def test_job_ids_outside_bigint_are_refused(
     app: pgtasks.App, task: pgtasks.Task, conn: psycopg.Connection[Any], job_id: Any
 ) -> None:
     task.delay(1)
-    for call in (app.get_job, app.cancel, app.requeue, app.AsyncResult):
-        _refused(conn, lambda call=call: call(job_id), "job", "9223372036854775807")
+    calls: tuple[Callable[[Any], object], ...] = (app.get_job, app.cancel, app.requeue, app.AsyncResult)
+    for call in calls:
+        _refused(conn, functools.partial(call, job_id), "job", "9223372036854775807")
     assert app.list_jobs()[0].status == "queued"
 
 
@@ -434,7 +441,7 @@ def test_worker_config_refuses_values_of_the_wrong_type_or_range(kwargs: dict[st
     [
         (lambda: SchedulerConfig(interval=float("inf")), "interval must be seconds"),
         (lambda: SchedulerConfig(batch=0), "batch must be an int in 1..1000000"),
-        (lambda: SchedulerConfig(reap="yes"), "reap must be True or False"),
+        (lambda: SchedulerConfig(reap="yes"), "reap must be True or False"),  # type: ignore[arg-type]
         (lambda: ReaperConfig(lease_timeout=float("nan")), "lease_timeout must be seconds"),
         (lambda: ReaperConfig(interval=0), "interval must be seconds"),
         (lambda: ReaperConfig(forget_workers_after=1e300), "forget_workers_after must be seconds"),

@@ -174,7 +174,7 @@ def jobs_show(loader: AppLoader, job_id: int, tenant: str | None) -> None:
     # Attempts are numbered across manual requeues; a requeue is a row of its own, its
     # time under "finished" and who asked under "worker".
     history = new_table("attempt", "trigger", "worker", "started", "finished", "outcome", "error")
-    for a in job.history():
+    for a in job.timeline():
         if isinstance(a, Requeue):
             history.add_row("", "manual", f"by {a.by or 'unknown'}", "", str(a.at or ""), "requeued", "")
             continue

@@ -150,7 +150,12 @@ class Job:
             return None
         return (self.finished_at - self.started_at).total_seconds()
 
-    def history(self) -> list[Attempt | Requeue]:
+    def history(self) -> list[Attempt]:
+        """Every attempt in order, including the current or successful last attempt
+        (`timeline` adds the manual requeues between them)."""
+        return [entry for entry in self.timeline() if isinstance(entry, Attempt)]
+
+    def timeline(self) -> list[Attempt | Requeue]:
         """Every attempt and manual requeue in order, including the current or successful
         last attempt.
 

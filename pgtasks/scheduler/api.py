@@ -265,7 +265,7 @@ class Schedules:
         misfire: str = "skip",
         catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT,
         max_retries: Any = INHERIT,
-        after: Iterable[str] = (),
+        after: Iterable[str] | None = (),
         paused: bool = False,
         now: datetime | None = None,
     ) -> Schedule:
