@@ -53,6 +53,7 @@ import pgtasks
 from benchmarks import pg
 from benchmarks.environments import compile_project
 from benchmarks.probe import add_common_options, positive_ints
+from benchmarks.systems.ops import run_threads
 from benchmarks.systems.raw_system import INSERT, SCHEMA
 from pgtasks.db import NewJob
 from pgtasks.settings import Settings
@@ -60,49 +61,8 @@ from pgtasks.settings import Settings
 PRODUCERS = (1, 4, 16, 64)
 JOBS = 4_000
 VARIANTS = ("wakeup", "in-commit", "silent", "raw")
-WARMUP_CALLS = 6  # per thread before the clock starts: past psycopg's prepare threshold (5)
 QUEUE = "bench"
 TASK = "bench.producers.noop"
-
-
-def run_threads(producers: int, jobs: int, call: Callable[[int], object]) -> float:
-    """Run ``call(thread_index)`` ``jobs`` times split over ``producers`` threads; jobs/s.
-
-    Each thread first calls ``WARMUP_CALLS`` times untimed, then all start together.
-    """
-    per_thread = [jobs // producers + (1 if i < jobs % producers else 0) for i in range(producers)]
-    ready = threading.Barrier(producers + 1)
-    go = threading.Event()
-    errors: list[BaseException] = []
-
-    def produce(index: int) -> None:
-        try:
-            for _ in range(WARMUP_CALLS):
-                call(index)
-        except BaseException as exc:  # reported by the measuring thread
-            errors.append(exc)
-        ready.wait()
-        go.wait()
-        if errors:
-            return
-        try:
-            for _ in range(per_thread[index]):
-                call(index)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=produce, args=(i,), name=f"producer-{i}") for i in range(producers)]
-    for thread in threads:
-        thread.start()
-    ready.wait()
-    started = time.perf_counter()
-    go.set()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
-    if errors:
-        raise errors[0]
-    return jobs / elapsed
 
 
 def measure(dsn: str, variant: str, producers: int, jobs: int) -> float:

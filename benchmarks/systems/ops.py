@@ -317,8 +317,7 @@ def run_threads(threads: int, jobs: int, call: Callable[[int], object]) -> float
     Each thread first calls `WARMUP_CALLS` times untimed (connections open,
     statements prepared); the clock runs from releasing all threads together to the
     last one's end. The first exception of any thread is raised here.
-    (The same protocol as `benchmarks.producers`, which cannot be imported here: a
-    driver runs in each system's own environment, with the standard library only.)
+    `benchmarks.producers` measures with it too.
     """
     per_thread = [jobs // threads + (1 if i < jobs % threads else 0) for i in range(threads)]
     ready = threading.Barrier(threads + 1)
