@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import pluggy
 
+from pgtasks import jobadmin
 from pgtasks import migrate as _migrate
 from pgtasks.db import Database, Stores
 from pgtasks.enqueue import BatchCall, JobEnqueuer
@@ -19,18 +20,14 @@ from pgtasks.plugins import make_plugin_manager
 from pgtasks.records import Job
 from pgtasks.result import AsyncResult
 from pgtasks.settings import Settings
-from pgtasks.states import TERMINAL, ErrorCode, FailureClass, JobStatus
+from pgtasks.states import TERMINAL
 from pgtasks.task import Signature, Task, TaskOptions
 from pgtasks.tenancy import TenantScope
 from pgtasks.validation import (
     MAX_BATCH,
-    MAX_PAGE_SIZE,
-    check_bool,
     check_choice,
     check_int,
-    check_job_id,
     check_seconds,
-    check_text,
     short,
 )
 
@@ -40,30 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["App"]
 
 log = logging.getLogger("pgtasks")
-
-# Longest actor text `App.requeue` records as who asked (``by=``).
-REQUEUE_BY_MAX_CHARS = 200
-
-
-def _is_actor(by: object) -> bool:
-    """Whether ``by`` can be recorded as who requeued a job: text of 1 to
-    `REQUEUE_BY_MAX_CHARS` characters that jsonb can store (no NUL, valid UTF-8)."""
-    if not isinstance(by, str) or not 1 <= len(by) <= REQUEUE_BY_MAX_CHARS or "\x00" in by:
-        return False
-    try:
-        by.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate
-        return False
-    return True
-
-
-# The error record of a job cancelled before it started.
-_CANCELLED_ERROR = {
-    "type": "Cancelled",
-    "code": ErrorCode.CANCELLED.value,
-    "class": FailureClass.PERMANENT.value,
-    "message": "cancelled before it started",
-}
 
 
 class App:
@@ -376,7 +349,7 @@ class App:
             ConfigurationError: ``job_id`` is not an int in the bigint range.
             JobNotFound: no job has this id.
         """
-        return self.stores.jobs.get(id=check_job_id("job_id", job_id))
+        return jobadmin.get_job(self.stores.jobs, job_id)
 
     def cancel(self, job_id: int, *, terminate: bool = False) -> bool:
         """Cancel a job: queued ones at once, running ones by request.
@@ -402,18 +375,7 @@ class App:
         Raises:
             JobNotFound: no job has this id.
         """
-        jobs = self.stores.jobs
-        was = jobs.cancel(
-            id=check_job_id("job_id", job_id),
-            error=_CANCELLED_ERROR,
-            terminate=check_bool("terminate", terminate),
-        )
-        if was == "queued":
-            return "cancelled"
-        if was is not None:
-            return "requested"
-        jobs.get(id=job_id)  # raises JobNotFound
-        return "finished"
+        return jobadmin.cancel_job(self.stores.jobs, job_id, terminate=terminate)
 
     def requeue(self, job_id: int, *, by: str = "api") -> bool:
         """Put a failed, cancelled or partially failed job back in the queue, by hand.
@@ -441,15 +403,7 @@ class App:
                 (nothing is written).
             JobNotFound: no job has this id.
         """
-        if not _is_actor(by):
-            raise ConfigurationError(
-                f"by must be a string of 1 to {REQUEUE_BY_MAX_CHARS} characters without NUL, got {by!r:.80}"
-            )
-        jobs = self.stores.jobs
-        if jobs.requeue(id=check_job_id("job_id", job_id), by=by):
-            return True
-        jobs.get(id=job_id)  # raises JobNotFound
-        return False
+        return jobadmin.requeue(self.stores.jobs, job_id, by=by)
 
     def list_jobs(
         self,
@@ -474,20 +428,10 @@ class App:
             ConfigurationError: a filter or bound of the wrong type or out of range;
                 the message names the parameter and the limit.
         """
-        if status is not None:
-            check_choice("status", status, [s.value for s in JobStatus])
-        if queue is not None:
-            check_text("queue", queue)
-        if task_name is not None:
-            check_text("task_name", task_name)
-        if tenant is not None:
-            check_text("tenant", tenant, empty=True)
-        if before_id is not None:
-            check_job_id("before_id", before_id)
-        check_int("limit", limit, 1, MAX_PAGE_SIZE)
-        return self.stores.jobs.list(
-            status=status, queue=queue, task_name=task_name, tenant=tenant, before_id=before_id, limit=limit
-        )
+        return jobadmin.list_jobs(
+            self.stores.jobs, status=status, queue=queue, task_name=task_name, tenant=tenant,
+            before_id=before_id, limit=limit,
+        )  # fmt: skip
 
     def queue_stats(self) -> list[dict[str, Any]]:
         """Job counts per queue and status: ``[{"queue", "status", "jobs", "claimed",

@@ -24,18 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from pgtasks import jobadmin
 from pgtasks.errors import AlreadyQueued, ConfigurationError, JobNotFound
 from pgtasks.result import AsyncResult
-from pgtasks.states import ErrorCode, FailureClass, JobStatus
 from pgtasks.task import Task
 from pgtasks.validation import (
-    MAX_PAGE_SIZE,
-    check_bool,
-    check_choice,
-    check_int,
-    check_job_id,
     check_text,
     short,
 )
@@ -46,17 +41,6 @@ if TYPE_CHECKING:
     from pgtasks.records import Job
 
 __all__ = ["TenantScope", "TenantTask"]
-
-#: Longest actor text ``requeue(by=)`` records (as `pgtasks.App.requeue`).
-REQUEUE_BY_MAX_CHARS: Final = 200
-
-# The error record of a job cancelled before it started (as `pgtasks.App.cancel_job` writes).
-_CANCELLED_ERROR: Final = {
-    "type": "Cancelled",
-    "code": ErrorCode.CANCELLED.value,
-    "class": FailureClass.PERMANENT.value,
-    "message": "cancelled before it started",
-}
 
 
 class TenantScope:
@@ -202,7 +186,7 @@ class TenantScope:
             JobNotFound: the tenant has no job with this id (another tenant's id
                 included, with the same message).
         """
-        return self.stores.jobs.get(id=check_job_id("job_id", job_id))
+        return jobadmin.get_job(self.stores.jobs, job_id)
 
     def cancel(self, job_id: int, *, terminate: bool = False) -> bool:
         """Cancel one of the tenant's jobs, as `pgtasks.App.cancel`.
@@ -229,15 +213,7 @@ class TenantScope:
             ConfigurationError: a bad ``job_id`` or ``terminate``.
             JobNotFound: the tenant has no job with this id.
         """
-        jobs = self.stores.jobs
-        job_id = check_job_id("job_id", job_id)
-        was = jobs.cancel(id=job_id, error=_CANCELLED_ERROR, terminate=check_bool("terminate", terminate))
-        if was == "queued":
-            return "cancelled"
-        if was is not None:
-            return "requested"
-        jobs.get(id=job_id)  # raises JobNotFound
-        return "finished"
+        return jobadmin.cancel_job(self.stores.jobs, job_id, terminate=terminate)
 
     def requeue(self, job_id: int, *, by: str = "api") -> bool:
         """Put one of the tenant's failed, cancelled or partially failed jobs back in
@@ -257,17 +233,7 @@ class TenantScope:
                 (``job_id`` -1 when that job is another tenant's).
             JobNotFound: the tenant has no job with this id.
         """
-        job_id = check_job_id("job_id", job_id)
-        if not isinstance(by, str) or not 1 <= len(by) <= REQUEUE_BY_MAX_CHARS:
-            raise ConfigurationError(
-                f"by must be a string of 1 to {REQUEUE_BY_MAX_CHARS} characters, got {short(by)}"
-            )
-        check_text("by", by, max_bytes=4 * REQUEUE_BY_MAX_CHARS)
-        jobs = self.stores.jobs
-        if jobs.requeue(id=job_id, by=by):
-            return True
-        jobs.get(id=job_id)  # raises JobNotFound
-        return False
+        return jobadmin.requeue(self.stores.jobs, job_id, by=by)
 
     # -- many jobs -----------------------------------------------------------------
 
@@ -292,17 +258,13 @@ class TenantScope:
         Raises:
             ConfigurationError: a filter or bound of the wrong type or out of range.
         """
-        if status is not None:
-            check_choice("status", status, [s.value for s in JobStatus])
-        if queue is not None:
-            check_text("queue", queue)
-        if task_name is not None:
-            check_text("task_name", task_name)
-        if before_id is not None:
-            check_job_id("before_id", before_id)
-        check_int("limit", limit, 1, MAX_PAGE_SIZE)
-        return self.stores.jobs.list(
-            status=status, queue=queue, task_name=task_name, before_id=before_id, limit=limit
+        return jobadmin.list_jobs(
+            self.stores.jobs,
+            status=status,
+            queue=queue,
+            task_name=task_name,
+            before_id=before_id,
+            limit=limit,
         )
 
     def search(self, query: str, *, limit: int = 10, language: str | None = None) -> list[Any]:

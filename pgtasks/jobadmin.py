@@ -1,0 +1,128 @@
+"""Looking up and acting on existing jobs: what `pgtasks.App` and `pgtasks.TenantScope` share.
+
+Each function checks its arguments (`pgtasks.validation`) and runs on the job store
+it is given: the app's, which sees every tenant, or a tenant handle's
+(`pgtasks.db.JobStore.scoped`), whose statements carry the tenant, so another
+tenant's job is one the store cannot find.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final, Literal
+
+from pgtasks.errors import ConfigurationError
+from pgtasks.states import ErrorCode, FailureClass, JobStatus
+from pgtasks.validation import MAX_PAGE_SIZE, check_bool, check_choice, check_int, check_job_id, check_text
+
+if TYPE_CHECKING:
+    from pgtasks.db import JobStore
+    from pgtasks.records import Job
+
+__all__ = ["REQUEUE_BY_MAX_CHARS", "cancel_job", "get_job", "list_jobs", "requeue"]
+
+#: Longest actor text a requeue records as who asked (``by=``), in characters.
+REQUEUE_BY_MAX_CHARS: Final = 200
+
+# The error record of a job cancelled before it started.
+_CANCELLED_ERROR: Final = {
+    "type": "Cancelled",
+    "code": ErrorCode.CANCELLED.value,
+    "class": FailureClass.PERMANENT.value,
+    "message": "cancelled before it started",
+}
+
+
+def _is_actor(by: object) -> bool:
+    """Whether ``by`` can be recorded as who requeued a job: text of 1 to
+    `REQUEUE_BY_MAX_CHARS` characters that jsonb can store (no NUL, valid UTF-8)."""
+    if not isinstance(by, str) or not 1 <= len(by) <= REQUEUE_BY_MAX_CHARS or "\x00" in by:
+        return False
+    try:
+        by.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
+
+
+def get_job(jobs: JobStore, job_id: int) -> Job:
+    """The job with this id.
+
+    Raises:
+        ConfigurationError: ``job_id`` is not an int in the bigint range.
+        JobNotFound: the store has no such job.
+    """
+    return jobs.get(id=check_job_id("job_id", job_id))
+
+
+def cancel_job(
+    jobs: JobStore, job_id: int, *, terminate: bool = False
+) -> Literal["cancelled", "requested", "finished"]:
+    """Cancel a job and say what happened: ``"cancelled"`` (it was queued),
+    ``"requested"`` (it runs; its worker is asked to stop, killing it with
+    ``terminate`` in the processes pool) or ``"finished"`` (nothing changed).
+
+    Raises:
+        ConfigurationError: a bad ``job_id`` or ``terminate``.
+        JobNotFound: the store has no such job.
+    """
+    job_id = check_job_id("job_id", job_id)
+    was = jobs.cancel(id=job_id, error=_CANCELLED_ERROR, terminate=check_bool("terminate", terminate))
+    if was == "queued":
+        return "cancelled"
+    if was is not None:
+        return "requested"
+    jobs.get(id=job_id)  # raises JobNotFound
+    return "finished"
+
+
+def requeue(jobs: JobStore, job_id: int, *, by: str = "api") -> bool:
+    """Put a failed, cancelled or partially failed job back in the queue, recording
+    ``by`` as who asked; False if the job is queued, running or succeeded.
+
+    Raises:
+        ConfigurationError: a bad ``job_id``, or ``by`` is not a string of 1 to
+            `REQUEUE_BY_MAX_CHARS` characters without NUL (nothing is written).
+        AlreadyQueued: another unfinished job now holds the job's unique key.
+        JobNotFound: the store has no such job.
+    """
+    job_id = check_job_id("job_id", job_id)
+    if not _is_actor(by):
+        raise ConfigurationError(
+            f"by must be a string of 1 to {REQUEUE_BY_MAX_CHARS} characters without NUL, got {by!r:.80}"
+        )
+    if jobs.requeue(id=job_id, by=by):
+        return True
+    jobs.get(id=job_id)  # raises JobNotFound
+    return False
+
+
+def list_jobs(
+    jobs: JobStore,
+    *,
+    status: str | None = None,
+    queue: str | None = None,
+    task_name: str | None = None,
+    tenant: str | None = None,
+    before_id: int | None = None,
+    limit: int = 50,
+) -> list[Job]:
+    """Jobs newest first, filtered (None: any); page with ``before_id``.
+
+    Raises:
+        ConfigurationError: a filter or bound of the wrong type or out of range; the
+            message names the parameter and the limit.
+    """
+    if status is not None:
+        check_choice("status", status, [s.value for s in JobStatus])
+    if queue is not None:
+        check_text("queue", queue)
+    if task_name is not None:
+        check_text("task_name", task_name)
+    if tenant is not None:
+        check_text("tenant", tenant, empty=True)
+    if before_id is not None:
+        check_job_id("before_id", before_id)
+    check_int("limit", limit, 1, MAX_PAGE_SIZE)
+    return jobs.list(
+        status=status, queue=queue, task_name=task_name, tenant=tenant, before_id=before_id, limit=limit
+    )
