@@ -480,3 +480,16 @@ def test_settings_refuse_values_of_the_wrong_type_or_range(kwargs: dict[str, Any
 def test_settings_from_env_refuses_an_unknown_override() -> None:
     with pytest.raises(ConfigurationError, match=r"unknown setting.*poolsize"):
         Settings.from_env("postgresql:///x", environ={}, poolsize=3)
+
+
+def test_a_schedule_created_without_a_name_is_refused_and_nothing_is_written(
+    sapp: pgtasks.App, conn: psycopg.Connection[Any]
+) -> None:
+    """Found by the fuzz suite: create(None, ...) wrote a schedule named after the task,
+    then refused the name when reading it back."""
+    _refused(
+        conn,
+        lambda: sapp.schedules.create(None, "ocr", "@annually", args=(1,)),  # type: ignore[arg-type]
+        "schedule name must be a str",
+        error=InvalidSchedule,
+    )

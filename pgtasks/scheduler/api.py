@@ -288,6 +288,7 @@ class Schedules:
             UnknownTask: ``task`` names no registered task.
             SerializationError: arguments cannot be stored.
         """
+        check_schedule_name(name)  # None would take the task's name: the API asks for one
         resolved = self._app.get_task(task) if isinstance(task, str) else task
         spec = ScheduleSpec.for_task(
             resolved,
@@ -314,9 +315,11 @@ class Schedules:
                 )
                 != "created"
             ):
-                raise InvalidSchedule(f"a schedule named {name!r} already exists; change() it or delete() it")
+                raise InvalidSchedule(
+                    f"a schedule named {spec.name!r} already exists; change() it or delete() it"
+                )
             check_cycles(self._stores.schedules, tx, [spec])
-        return self.get(name)
+        return self.get(spec.name)
 
     def change(self, name: str, /, *, now: datetime | None = None, **changes: Any) -> Schedule:
         """Change a stored schedule's definition; other fields keep their stored values.
