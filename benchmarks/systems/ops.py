@@ -100,19 +100,27 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
+def _warm_up(driver: Driver, clock: Clock, fleet: Any) -> int:
+    """Run two no-op jobs per worker process, wait until they are done, then let the
+    workers settle back into their idle wait (the latency figures time from there).
+    Returns how many warm-up jobs ran (they count in the progress tally)."""
+    warm = 2 * max(1, len(fleet.commands))
+    for _ in range(warm):
+        driver.enqueue_one(WARMUP, time.time())
+    while progress_count(driver.record_dir) < warm:
+        fleet.check_alive()
+        clock.check("waiting for the workers to start")
+        time.sleep(0.01)
+    time.sleep(0.5)
+    return warm
+
+
 def figure_latency(driver: Driver, clock: Clock, rate: float, seconds: float) -> dict[str, Any]:
     """Enqueue at ``rate`` jobs/s for ``seconds`` s; enqueue -> task start, in ms."""
     fleet = driver.fleet()
     fleet.start()
     try:
-        warm = 2 * max(1, len(fleet.commands))
-        for _ in range(warm):
-            driver.enqueue_one(WARMUP, time.time())
-        while progress_count(driver.record_dir) < warm:
-            fleet.check_alive()
-            clock.check("waiting for the workers to start")
-            time.sleep(0.01)
-        time.sleep(0.5)  # let the workers settle back into their idle wait
+        _warm_up(driver, clock, fleet)
         count = max(1, int(rate * seconds))
         start = time.perf_counter()
         for i in range(count):
@@ -406,14 +414,7 @@ def figure_latency_load(
     fleet = driver.fleet()
     fleet.start()
     try:
-        warm = 2 * max(1, len(fleet.commands))
-        for _ in range(warm):
-            driver.enqueue_one(WARMUP, time.time())
-        while progress_count(driver.record_dir) < warm:
-            fleet.check_alive()
-            clock.check("waiting for the workers to start")
-            time.sleep(0.01)
-        time.sleep(0.5)  # let the workers settle back into their idle wait
+        warm = _warm_up(driver, clock, fleet)
         batch = max(1, round(rate * tick))
         period = batch / rate
         batches = max(1, int(rate * seconds / batch))
