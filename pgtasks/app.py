@@ -116,16 +116,22 @@ class App:
         """Create or upgrade the ``pgtasks`` schema; idempotent and safe to run concurrently.
 
         Then applies the migrations of plugins (``pgtasks_add_migrations`` hook),
-        e.g. the full-text index tables of ``pgtasks_index``.
+        e.g. the full-text index tables of ``pgtasks_index``. When row-level
+        security mode is on (`pgtasks.isolation`), tables these migrations created
+        join it.
 
         Returns:
             Names of the migrations this call applied: ``NNNN_name`` for pgtasks'
             own, ``plugin:NNNN_name`` for plugins'.
         """
+        from pgtasks import isolation
         from pgtasks.plugins import migrate_plugins
 
         applied = [f"{m.version:04d}_{m.name}" for m in _migrate.migrate(self.stores)]
-        return applied + migrate_plugins(self.stores, self.plugin_manager)
+        applied += migrate_plugins(self.stores, self.plugin_manager)
+        if applied:
+            isolation.refresh(self.stores)  # new tables join row-level security mode if it is on
+        return applied
 
     def close(self) -> None:
         """Send pending wake-ups and close the connections (they reopen on next use)."""

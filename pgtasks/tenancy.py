@@ -13,7 +13,11 @@ Many tenants share one database (every job row carries its ``tenant``). A
   of the one statement that looks the job up (``WHERE id = ... AND tenant = ...``
   on the primary key), not a comparison made after reading the row;
 - results it returns (`pgtasks.AsyncResult`) read through the handle, so they stay
-  scoped too.
+  scoped too;
+- every statement the handle runs says whose transaction it is
+  (``set_config('pgtasks.tenant', tenant, true)``), and ``connection()`` opens such a
+  transaction for the caller's own SQL: with row-level security mode on
+  (`pgtasks.isolation`), PostgreSQL itself then hides and protects other tenants' rows.
 
 The unscoped `pgtasks.App` API stays the operator's view across tenants. A handle is
 not a security boundary against code that holds the DSN or the `App`: see
@@ -22,11 +26,13 @@ docs/security.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from pgtasks import jobadmin
+from pgtasks.db import AnyConnection, tenant_context
 from pgtasks.errors import AlreadyQueued, ConfigurationError, JobNotFound
 from pgtasks.result import AsyncResult
 from pgtasks.task import Task
@@ -77,8 +83,27 @@ class TenantScope:
         (`pgtasks.db.JobStore.scoped`): what the handle's `AsyncResult` reads through."""
         if self._stores is None:
             stores = self._app.stores
-            self._stores = replace(stores, jobs=stores.jobs.scoped(self.tenant))
+            self._stores = replace(
+                stores, database=stores.database.scoped(self.tenant), jobs=stores.jobs.scoped(self.tenant)
+            )
         return self._stores
+
+    @contextmanager
+    def connection(self) -> Iterator[AnyConnection]:
+        """A pooled connection in a transaction of the tenant, committed when the block
+        ends without an error (rolled back otherwise).
+
+        Its first statement sets ``pgtasks.tenant`` for the transaction, so with
+        row-level security mode on even raw SQL in it sees and writes only the
+        tenant's rows. Pass it as ``connection=`` to enqueue in the same transaction
+        as your own writes.
+
+        Raises:
+            ConnectionFailed: the server cannot be reached.
+            DatabaseError: a statement of the block failed (translated).
+        """
+        with self.stores.database.transaction() as conn:
+            yield conn
 
     # -- enqueue -------------------------------------------------------------------
 
@@ -129,7 +154,8 @@ class TenantScope:
         target = self._task(task)
         scoped = self._options(options)
         try:
-            result = target.apply_async(args, kwargs, **scoped)
+            with tenant_context(self.tenant):
+                result = target.apply_async(args, kwargs, **scoped)
         except AlreadyQueued as exc:
             raise self._hidden_holder(exc) from None
         return self._scoped(result)
@@ -280,7 +306,8 @@ class TenantScope:
                 "no search plugin is loaded; install pgtasks with the built-in pgtasks_index plugin "
                 "or register one implementing pgtasks_search"
             )
-        hits = hook(app=self._app, query=query, tenant=self.tenant, limit=limit, language=language)
+        with tenant_context(self.tenant):
+            hits = hook(app=self._app, query=query, tenant=self.tenant, limit=limit, language=language)
         return list(hits or [])
 
 
@@ -318,4 +345,6 @@ class TenantTask:
                 `pgtasks.Task.delay_many` (nothing is written).
         """
         scope = self.scope
-        return [scope._scoped(r) for r in self.task.delay_many(items, **scope._options(options))]
+        with tenant_context(scope.tenant):
+            results = self.task.delay_many(items, **scope._options(options))
+        return [scope._scoped(r) for r in results]

@@ -3,8 +3,9 @@
 `Database` owns the pool, connections, transactions and COPY. Beside it, one typed
 store per group of tables, each with one method per named query of
 ``pgtasks/sql/queries.sql``: `JobStore`, `WorkerStore`, `ScheduleStore`,
-`MigrationStore`. `Stores` bundles them over one `Database`; the engine (worker,
-scheduler, results) is handed the stores it needs. See docs/architecture.md.
+`MigrationStore`, `IsolationStore`. `Stores` bundles them over one `Database`; the
+engine (worker, scheduler, results) is handed the stores it needs. See
+docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from pgtasks.db.database import (
     Now,
     Row,
     bigint_array_literal,
+    current_tenant,
     describe_dsn,
+    tenant_context,
     text_array_literal,
     translate_error,
 )
+from pgtasks.db.isolation import IsolationStore, TableIsolation
 from pgtasks.db.jobs import CancelRequest, JobStore, NewJob, ReapedJob, StoredJobStatus
 from pgtasks.db.migrations import MigrationStore
 from pgtasks.db.schedules import ScheduleRow, ScheduleStore
@@ -31,6 +35,7 @@ __all__ = [
     "AnyConnection",
     "CancelRequest",
     "Database",
+    "IsolationStore",
     "JobStore",
     "MigrationStore",
     "NewJob",
@@ -41,11 +46,14 @@ __all__ = [
     "ScheduleStore",
     "StoredJobStatus",
     "Stores",
+    "TableIsolation",
     "WakeupSender",
     "WorkerInfo",
     "WorkerStore",
     "bigint_array_literal",
+    "current_tenant",
     "describe_dsn",
+    "tenant_context",
     "text_array_literal",
     "translate_error",
 ]
@@ -57,7 +65,7 @@ class Stores:
 
     Attributes:
         database: pool, connections, transactions (``database.transaction()``) and the clock.
-        jobs, workers, schedules, migrations: the stores.
+        jobs, workers, schedules, migrations, isolation: the stores.
         wakeups: sends the wake-ups of enqueues that committed on their own
             (`pgtasks.db.wakeups`).
     """
@@ -68,6 +76,7 @@ class Stores:
     schedules: ScheduleStore
     migrations: MigrationStore
     wakeups: WakeupSender
+    isolation: IsolationStore
 
     @classmethod
     def over(cls, database: Database) -> Stores:
@@ -80,6 +89,7 @@ class Stores:
             schedules=ScheduleStore(database),
             migrations=MigrationStore(database),
             wakeups=WakeupSender(jobs),
+            isolation=IsolationStore(database),
         )
 
     def close(self) -> None:

@@ -17,6 +17,11 @@ checks each one as it leaves the pool, and after a cut the pool replaces it with
 a fresh connection at once. No statement is ever re-run here: one that fails
 while in flight may have committed, so it raises `DatabaseError` (``transient``)
 and its caller decides (see docs/workers.md, "After a connection cut").
+
+A statement run for a tenant (through a `Database.scoped` view, or inside
+`tenant_context`) runs in a transaction that first says whose it is
+(``set_config('pgtasks.tenant', tenant, true)``, the named query
+``tenant_scope``): the row-level security policies of migration 0006 read it.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ import functools
 import logging
 import select
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -49,7 +55,9 @@ __all__ = [
     "Now",
     "Row",
     "bigint_array_literal",
+    "current_tenant",
     "describe_dsn",
+    "tenant_context",
     "text_array_literal",
     "translate_error",
 ]
@@ -67,6 +75,36 @@ Now = datetime | None
 
 
 Buffer = bytes | bytearray | memoryview
+
+# The tenant whose transaction a statement runs in, when no `Database.scoped` view
+# says it (`tenant_context`): what a tenant handle sets around the code it calls
+# (enqueue, a plugin's search) so that every statement says whose it is.
+_TENANT: ContextVar[str | None] = ContextVar("pgtasks_tenant", default=None)
+
+
+@contextmanager
+def tenant_context(tenant: str) -> Iterator[None]:
+    """Run every statement of the block, on any `Database`, in a transaction of
+    ``tenant`` (see the module docstring); contexts nest, the innermost wins.
+
+    Args:
+        tenant: the tenant, a non-empty string (checked by the caller).
+    """
+    token = _TENANT.set(tenant)
+    try:
+        yield
+    finally:
+        _TENANT.reset(token)
+
+
+def _nothing() -> None:
+    return None
+
+
+def current_tenant() -> str | None:
+    """The tenant of the innermost `tenant_context`, or None."""
+    return _TENANT.get()
+
 
 # libpq messages of a server that answered and said no (settings must change first).
 _REFUSED_BY_SERVER = (
@@ -249,6 +287,21 @@ class Database:
         self._prepare_threshold = prepare_threshold
         self._pool: ConnectionPool[AnyConnection] | None = None
         self._lock = threading.Lock()
+        self._root = self
+        self.tenant: str | None = None
+
+    def scoped(self, tenant: str) -> Database:
+        """A view of this database whose every statement runs in a transaction of
+        ``tenant`` (``set_config('pgtasks.tenant', ...)`` first; see the module
+        docstring). It shares this database's pool; closing either closes both.
+
+        Args:
+            tenant: the tenant, a non-empty string (checked by the caller).
+        """
+        view = Database.__new__(Database)
+        view.__dict__.update(self.__dict__)
+        view.tenant = tenant
+        return view
 
     # -- connections -------------------------------------------------------------
 
@@ -275,6 +328,8 @@ class Database:
         return conn
 
     def _get_pool(self) -> ConnectionPool[AnyConnection]:
+        if self._root is not self:
+            return self._root._get_pool()
         pool = self._pool
         if pool is not None:
             return pool
@@ -318,7 +373,7 @@ class Database:
         try:
             ConnectionPool.check_connection(conn)
         except psycopg.Error:
-            pool = self._pool
+            pool = self._root._pool
             if pool is not None:
                 log.warning("pooled connections to %s were cut; replacing them", describe_dsn(self.dsn))
                 pool.check()
@@ -335,6 +390,9 @@ class Database:
 
     def close(self) -> None:
         """Close the pool; later calls reopen it."""
+        if self._root is not self:
+            self._root.close()
+            return
         with self._lock:
             if self._pool is not None:
                 self._pool.close()
@@ -391,14 +449,41 @@ class Database:
     ) -> list[T]:
         text = self.queries[name]
         try:
-            with self.connection(conn) as c, c.cursor(row_factory=row_factory) as cur:
+            with (
+                self.connection(conn) as c,
+                self._as_tenant(c) as flush,
+                c.cursor(row_factory=row_factory) as cur,
+            ):
                 if lenient:
                     for type_name, loader in _LENIENT_LOADERS:
                         cur.adapters.register_loader(type_name, loader)
                 cur.execute(text, params)
+                flush()
                 return cur.fetchall() if cur.description is not None else []
         except psycopg.Error as exc:
             raise translate_error(exc) from exc
+
+    @contextmanager
+    def _as_tenant(self, c: AnyConnection, *, pipeline: bool = True) -> Iterator[Callable[[], None]]:
+        """Prepare ``c`` for one statement of this view's tenant, or of the
+        `tenant_context`'s: yields what to call after the statement, before reading
+        its result (a no-op when there is no tenant).
+
+        With a tenant, the statement runs in a transaction that first runs
+        ``tenant_scope``: the caller's, or one opened here on an autocommit
+        connection outside any (committed when the block ends). The three
+        statements go in one pipeline (psycopg's pipeline mode): two round trips in
+        all, where BEGIN, set_config, the statement and COMMIT one by one take four.
+        ``pipeline=False`` for COPY, which a pipeline cannot carry.
+        """
+        tenant = self.tenant if self.tenant is not None else _TENANT.get()
+        if tenant is None:
+            yield _nothing
+            return
+        own = c.autocommit and c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        with c.pipeline() if pipeline else nullcontext() as p, c.transaction() if own else nullcontext():
+            c.execute(QUERIES["tenant_scope"], {"tenant": tenant})
+            yield p.sync if p is not None else _nothing
 
     def fetch_one(self, name: str, params: Params = None, *, conn: AnyConnection | None = None) -> Row | None:
         """Run a named query and return its first row, or None."""
@@ -409,8 +494,9 @@ class Database:
         """Run a named query for its effect; returns the affected row count."""
         text = self.queries[name]
         try:
-            with self.connection(conn) as c, c.cursor() as cur:
+            with self.connection(conn) as c, self._as_tenant(c) as flush, c.cursor() as cur:
                 cur.execute(text, params)
+                flush()
                 return cur.rowcount
         except psycopg.Error as exc:
             raise translate_error(exc) from exc
@@ -426,7 +512,12 @@ class Database:
         """Stream rows into a named ``COPY ... FROM STDIN`` statement (text format)."""
         text = self.queries[name]
         try:
-            with self.connection(conn) as c, c.cursor() as cur, cur.copy(text) as copy:
+            with (
+                self.connection(conn) as c,
+                self._as_tenant(c, pipeline=False),
+                c.cursor() as cur,
+                cur.copy(text) as copy,
+            ):
                 for row in rows:
                     copy.write_row(row)
         except psycopg.Error as exc:
@@ -464,7 +555,7 @@ class Database:
             ):
                 yield conn
                 return
-            with self.connection(conn) as c, c.transaction():
+            with self.connection(conn) as c, c.transaction(), self._as_tenant(c, pipeline=False):
                 yield c
         except psycopg.Error as exc:
             raise translate_error(exc) from exc

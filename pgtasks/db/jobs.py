@@ -124,8 +124,9 @@ class JobStore:
 
     def scoped(self, tenant: str) -> JobStore:
         """A store over the same database whose lookups and operator actions see only
-        ``tenant``'s jobs (see the class docstring)."""
-        return JobStore(self.database, tenant=tenant)
+        ``tenant``'s jobs, each statement in a transaction of ``tenant`` (see the
+        class docstring)."""
+        return JobStore(self.database.scoped(tenant), tenant=tenant)
 
     # -- enqueue -------------------------------------------------------------------
 

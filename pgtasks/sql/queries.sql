@@ -837,6 +837,47 @@ SET plan_cache_mode = force_generic_plan;
 -- The database clock (workers never use their own).
 SELECT now() AS now;
 
+-- name: tenant_scope
+-- Says whose transaction this is: the tenant whose rows the row-level security
+-- policies let it see and write (migration 0006). Local to the transaction: the
+-- setting is gone when it ends, so a pooled connection carries nothing to its next user.
+SELECT set_config('pgtasks.tenant', %(tenant)s, true);
+
+-- ======================================================================
+-- Row-level security mode (pgtasks.isolation; functions of migration 0006)
+-- ======================================================================
+
+-- name: rls_enable
+-- Enable the mode on every tenant table; the fleet roles see every row (default: the
+-- role running this).
+SELECT t::text AS table_name
+FROM pgtasks.rls_enable(coalesce(%(fleet_roles)s::text[], ARRAY[current_user::text])) AS t;
+
+-- name: rls_disable
+-- Drop the policies and switch row-level security off on every tenant table.
+SELECT t::text AS table_name FROM pgtasks.rls_disable() AS t;
+
+-- name: rls_grant_tenant_role
+-- Grant a tenant-facing role what tenant handles need (the policies choose the rows).
+SELECT t::text AS table_name FROM pgtasks.rls_grant_tenant_role(%(role)s) AS t;
+
+-- name: rls_status
+-- Each tenant table: whether the mode is on, and the roles of its fleet policy.
+SELECT t::text AS table_name,
+       c.relrowsecurity AS enabled,
+       c.relforcerowsecurity AS forced,
+       coalesce(
+           (SELECT array_agg(r ORDER BY r) FROM pg_catalog.pg_policies p, unnest(p.roles) AS r
+            WHERE p.schemaname = n.nspname AND p.tablename = c.relname AND p.policyname = 'pgtasks_fleet'),
+           '{}'
+       )::text[] AS fleet_roles,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_policies p
+               WHERE p.schemaname = n.nspname AND p.tablename = c.relname
+                 AND p.policyname = 'pgtasks_tenant') AS tenant_policy
+FROM pgtasks.tenant_tables() AS t
+JOIN pg_catalog.pg_class c ON c.oid = t
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace;
+
 -- ======================================================================
 -- Plugin migrations (pgtasks.plugins.migrate_plugins)
 -- ======================================================================

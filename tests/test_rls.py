@@ -1,0 +1,261 @@
+"""Row-level security mode (`pgtasks.isolation`): PostgreSQL itself keeps tenants apart.
+
+The tenant-facing code connects as its own role ("web": not a superuser, not in the
+fleet), granted with ``pgtasks rls grant``. With the mode on, raw SQL through tenant
+a's connection sees, changes and writes none of tenant b's rows; a connection that
+names no tenant sees nothing; the tenant handle's API works as without the mode; the
+fleet (here a non-superuser role too) sees every row and its workers run every
+tenant's jobs. Tables that a migration adds later join the mode.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import psycopg
+import pytest
+from click.testing import CliRunner
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+import pgtasks
+import pgtasks_index
+import pgtasks_index.plugin
+from pgtasks import isolation
+from pgtasks.cli import cli
+from pgtasks.errors import ConfigurationError, DatabaseError, JobNotFound
+from pgtasks.states import JobStatus
+from pgtasks.worker import Worker, WorkerConfig
+
+A, B = "tenant-a", "tenant-b"
+JOBS = 20
+
+
+def _as_role(dsn: str, role: str) -> str:
+    params = conninfo_to_dict(dsn)
+    params["user"] = role
+    return make_conninfo("", **params)
+
+
+def _app(dsn: str, *, index: bool = True, migrate: bool = False) -> pgtasks.App:
+    app = pgtasks.App(
+        "rls", dsn=dsn, load_entry_points=False, plugins=[pgtasks_index.plugin] if index else []
+    )
+
+    @app.task(name="t.work", queue="work")
+    def work(n: int) -> int:
+        return n
+
+    if migrate:
+        app.migrate()
+    return app
+
+
+@pytest.fixture
+def roles(admin_dsn: str) -> Iterator[dict[str, str]]:
+    """Two login roles of this test alone: ``web`` (tenant-facing) and ``fleet``
+    (runs workers), neither a superuser. Dropped after the test's database."""
+    suffix = uuid.uuid4().hex[:8]
+    names = {"web": f"pgtasks_web_{suffix}", "fleet": f"pgtasks_fleet_{suffix}"}
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        for name in names.values():
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS").format(sql.Identifier(name)))
+    yield names
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        for name in names.values():
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def setup(roles: dict[str, str], dsn: str) -> Iterator[dict[str, Any]]:
+    """The owner's app (migrated with the index plugin, mode on, fleet = owner and the
+    fleet role), the web role granted, and JOBS jobs of each tenant enqueued through
+    the web role's tenant handles."""
+    owner = _app(dsn, migrate=True)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        fleet = sql.Identifier(roles["fleet"])
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA pgtasks, pgtasks_index TO {}").format(fleet))
+        conn.execute(sql.SQL("GRANT ALL ON ALL TABLES IN SCHEMA pgtasks, pgtasks_index TO {}").format(fleet))
+        conn.execute(
+            sql.SQL("GRANT ALL ON ALL SEQUENCES IN SCHEMA pgtasks, pgtasks_index TO {}").format(fleet)
+        )
+        current = conn.execute("SELECT current_user").fetchone()
+        assert current is not None
+    tables = isolation.enable(owner.stores, [current[0], roles["fleet"]])
+    assert tables == ["pgtasks.jobs", "pgtasks.schedules", "pgtasks_index.entries"]
+    assert isolation.grant_tenant_role(owner.stores, roles["web"]) == tables
+    web = _app(_as_role(dsn, roles["web"]))
+    ids = {t: [r.id for r in web.tenant(t).bind("t.work").delay_many(range(JOBS))] for t in (A, B)}
+    yield {"owner": owner, "web": web, "ids": ids, "dsn": dsn, "roles": roles}
+    web.close()
+    owner.close()
+
+
+def _count_by_tenant(conn: psycopg.Connection[Any], table: str = "pgtasks.jobs") -> dict[str, int]:
+    query = sql.SQL("SELECT tenant, count(*) FROM {} GROUP BY tenant").format(sql.SQL(table))
+    return {str(t): int(n) for t, n in conn.execute(query)}
+
+
+def _rows(dsn: str, tenant: str) -> list[tuple[Any, ...]]:
+    """Every column of every job of ``tenant`` as the owner sees them (a superuser)."""
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT j::text FROM pgtasks.jobs j WHERE tenant = %s ORDER BY id", (tenant,)
+        ).fetchall()
+
+
+def test_raw_sql_through_a_tenants_connection_sees_and_changes_only_its_rows(setup: dict[str, Any]) -> None:
+    web, dsn = setup["web"], setup["dsn"]
+    b_before = _rows(dsn, B)
+    assert len(b_before) == JOBS
+    with web.tenant(A).connection() as conn:
+        assert _count_by_tenant(conn) == {A: JOBS}
+        assert conn.execute(
+            "SELECT count(*) FROM pgtasks.jobs WHERE id = ANY(%s)", (setup["ids"][B],)
+        ).fetchone() == (0,)
+        touched = conn.execute("UPDATE pgtasks.jobs SET priority = 9 WHERE tenant = %s", (B,)).rowcount
+        assert touched == 0
+        assert conn.execute("UPDATE pgtasks.jobs SET priority = 9").rowcount == JOBS  # its own rows only
+    with pytest.raises(DatabaseError, match="permission denied"), web.tenant(A).connection() as conn:
+        conn.execute("DELETE FROM pgtasks.jobs")  # tenant roles get no DELETE at all
+    assert _rows(dsn, B) == b_before
+
+
+def test_a_tenants_connection_cannot_write_a_row_of_another_tenant(setup: dict[str, Any]) -> None:
+    web, dsn = setup["web"], setup["dsn"]
+    a_id = setup["ids"][A][0]
+    with pytest.raises(DatabaseError, match="row-level security"), web.tenant(A).connection() as conn:
+        conn.execute("UPDATE pgtasks.jobs SET tenant = %s WHERE id = %s", (B, a_id))
+    with pytest.raises(DatabaseError, match="row-level security"), web.tenant(A).connection() as conn:
+        conn.execute(
+            "INSERT INTO pgtasks.jobs (task_name, queue, tenant) VALUES ('t.work', 'work', %s)", (B,)
+        )
+    assert len(_rows(dsn, B)) == JOBS
+    assert {r[0] for r in _rows(dsn, A) if str(a_id) in r[0]}  # a's row kept its tenant
+
+
+def test_a_connection_that_names_no_tenant_sees_nothing(setup: dict[str, Any]) -> None:
+    web, dsn, roles = setup["web"], setup["dsn"], setup["roles"]
+    with psycopg.connect(_as_role(dsn, roles["web"]), autocommit=True) as conn:
+        assert _count_by_tenant(conn) == {}
+        # After a transaction that named a tenant, PostgreSQL leaves the setting at ''
+        # on the session: it must not match the untenanted rows ('').
+        with conn.transaction():
+            conn.execute("SELECT set_config('pgtasks.tenant', %s, true)", (A,))
+            assert _count_by_tenant(conn) == {A: JOBS}
+        assert conn.execute("SELECT current_setting('pgtasks.tenant', true)").fetchone() == ("",)
+        assert _count_by_tenant(conn) == {}
+    setup["owner"].get_task("t.work").delay(1)  # an untenanted job
+    assert web.list_jobs(limit=500) == []  # the unscoped API, through the web role: fail closed
+    with pytest.raises(JobNotFound):
+        web.get_job(setup["ids"][A][0])
+
+
+def test_the_tenant_handle_works_as_without_the_mode(setup: dict[str, Any]) -> None:
+    web = setup["web"]
+    a, b_ids = web.tenant(A), setup["ids"][B]
+    a_ids = setup["ids"][A]
+    assert {j.id for j in a.list_jobs(limit=500)} == set(a_ids)
+    assert a.get_job(a_ids[0]).tenant == A
+    assert a.AsyncResult(a_ids[0]).status == JobStatus.QUEUED
+    assert a.cancel_job(a_ids[0]) == "cancelled"
+    assert a.requeue(a_ids[0], by="admin:alice")
+    for call in (a.get_job, a.cancel, a.requeue):
+        with pytest.raises(JobNotFound):
+            call(b_ids[0])
+    # Enqueue in the caller's own transaction of the tenant.
+    with a.connection() as conn:
+        result = a.apply_async("t.work", (7,), connection=conn)
+        assert conn.execute("SELECT tenant FROM pgtasks.jobs WHERE id = %s", (result.id,)).fetchone() == (A,)
+    assert a.get_job(result.id).tenant == A
+    # A unique key held by b: refused, and b's job does not show through the refusal.
+    web.tenant(B).apply_async("t.work", (1,), unique_key="report")
+    with pytest.raises(pgtasks.errors.AlreadyQueued) as refused:
+        a.apply_async("t.work", (1,), unique_key="report")
+    assert refused.value.job_id == -1
+
+
+def test_the_fleet_sees_every_row_and_its_workers_run_every_tenants_jobs(setup: dict[str, Any]) -> None:
+    dsn, roles = setup["dsn"], setup["roles"]
+    fleet_dsn = _as_role(dsn, roles["fleet"])
+    with psycopg.connect(fleet_dsn, autocommit=True) as conn:
+        assert _count_by_tenant(conn) == {A: JOBS, B: JOBS}
+    fleet_app = _app(fleet_dsn)
+    try:
+        worker = Worker(
+            fleet_app, WorkerConfig(queues=("work",), concurrency=2, burst=True, poll_interval=0.1)
+        )
+        assert worker.run() == 0
+    finally:
+        fleet_app.close()
+    with psycopg.connect(dsn) as conn:
+        statuses = conn.execute("SELECT tenant, status, count(*) FROM pgtasks.jobs GROUP BY 1, 2").fetchall()
+    assert sorted(statuses) == [(A, "succeeded", JOBS), (B, "succeeded", JOBS)]
+
+
+def test_the_index_table_is_isolated_too(setup: dict[str, Any]) -> None:
+    owner, web = setup["owner"], setup["web"]
+    for tenant in (A, B):
+        pgtasks_index.upsert(
+            owner, tenant=tenant, kind="document", key=f"{tenant}-1", text="quarterly invoice"
+        )
+    assert [h.tenant for h in web.tenant(A).search("invoice")] == [A]
+    with web.tenant(A).connection() as conn:
+        assert _count_by_tenant(conn, "pgtasks_index.entries") == {A: 1}
+
+
+def test_tables_a_later_migration_adds_join_the_mode(roles: dict[str, str], dsn: str) -> None:
+    owner = _app(dsn, index=False, migrate=True)
+    try:
+        assert isolation.enable(owner.stores) == ["pgtasks.jobs", "pgtasks.schedules"]
+    finally:
+        owner.close()
+    later = _app(dsn, migrate=True)  # installs the index plugin's table
+    try:
+        states = {s.table: s for s in isolation.status(later.stores)}
+        assert set(states) == {"pgtasks.jobs", "pgtasks.schedules", "pgtasks_index.entries"}
+        assert isolation.is_enabled(states.values())
+        assert states["pgtasks_index.entries"].fleet_roles == states["pgtasks.jobs"].fleet_roles
+        isolation.disable(later.stores)
+        assert not any(s.enabled for s in isolation.status(later.stores))
+    finally:
+        later.close()
+
+
+def test_bad_roles_are_refused_and_change_nothing(app: pgtasks.App) -> None:
+    for bad in ("", "x" * 64, "a\x00b", 7):
+        with pytest.raises(ConfigurationError, match="role"):
+            isolation.enable(app.stores, [bad])  # type: ignore[list-item]
+        with pytest.raises(ConfigurationError, match="role"):
+            isolation.grant_tenant_role(app.stores, bad)  # type: ignore[arg-type]
+    with pytest.raises(DatabaseError, match="does not exist"):
+        isolation.enable(app.stores, ["postgres", f"no_such_role_{uuid.uuid4().hex[:6]}"])
+    assert not any(s.enabled for s in isolation.status(app.stores))  # one transaction: nothing half-done
+    with pytest.raises(DatabaseError, match="does not exist"):
+        isolation.grant_tenant_role(app.stores, "no such role")
+
+
+def test_cli_status_enable_and_disable(dsn: str) -> None:
+    runner = CliRunner()
+    base = ["--dsn", dsn]
+
+    def run(*args: str) -> Any:
+        return runner.invoke(cli, [*base, "rls", *args], catch_exceptions=False)
+
+    off = run("status", "--json")
+    assert off.exit_code == 3
+    assert {row["table"]: row["enabled"] for row in orjson.loads(off.stdout)}["pgtasks.jobs"] is False
+    on = run("enable")
+    assert on.exit_code == 0, on.output
+    assert "pgtasks.jobs" in on.stdout
+    assert run("status").exit_code == 0
+    refused = run("disable")
+    assert refused.exit_code == 1 and "--yes" in refused.output
+    assert run("status").exit_code == 0  # still on
+    assert run("disable", "--dry-run").exit_code == 0
+    assert run("status").exit_code == 0
+    assert run("disable", "--yes").exit_code == 0
+    assert run("status").exit_code == 3
