@@ -20,7 +20,16 @@ from pgtasks.errors import AlreadyQueued, DatabaseError, JobNotFound, NotOwner
 from pgtasks.records import Job
 from pgtasks.serialization import dumps
 
-__all__ = ["CancelRequest", "JobStore", "NewJob", "ReapedJob", "StoredJobStatus"]
+__all__ = [
+    "CancelRequest",
+    "JobStore",
+    "NewJob",
+    "QueueHealth",
+    "ReapedJob",
+    "StoredJobStatus",
+    "StuckJob",
+    "StuckJobs",
+]
 
 # Retries of an insert (or a requeue) whose unique key's holder finished between the
 # write and the look-up.
@@ -102,6 +111,55 @@ class ReapedJob:
     job_id: int
     task_name: str
     status: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueHealth:
+    """A queue with queued jobs that are due (``queue_health``).
+
+    Attributes:
+        queue: its name. due: how many queued jobs are due.
+        oldest_run_at: the run-at of the oldest due job (aware datetime).
+        oldest_wait_seconds: how long that job has been due, in seconds (>= 0).
+        live_workers: workers serving the queue whose lease has not expired and that
+            are not stopping.
+    """
+
+    queue: str
+    due: int
+    oldest_run_at: datetime
+    oldest_wait_seconds: float
+    live_workers: int
+
+
+@dataclass(frozen=True, slots=True)
+class StuckJob:
+    """A running job whose worker's lease expired or whose worker row is gone.
+
+    Attributes:
+        id, queue, task_name, tenant: the job.
+        worker_id: the worker that holds it.
+        started_at: when its body started (None: claimed ahead, not started).
+        heartbeat_at: the job's last heartbeat, if any.
+        lease_expires_at: when its worker's lease ran out (None: the worker row is gone).
+    """
+
+    id: int
+    queue: str
+    task_name: str
+    tenant: str
+    worker_id: str | None
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    lease_expires_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class StuckJobs:
+    """``job_stuck_past_lease``: how many jobs are stuck, and the oldest of them."""
+
+    total: int
+    jobs: tuple[StuckJob, ...]
 
 
 class JobStore:
@@ -251,6 +309,55 @@ class JobStore:
         """Job counts per queue and status: ``[{"queue", "status", "jobs", "claimed",
         "oldest_run_at"}]`` (claimed: of the ``running`` jobs, those not started)."""
         return self.database.fetch_all("queue_stats")
+
+    def queue_health(self, *, queues: Sequence[str] | None = None, now: Now = None) -> list[QueueHealth]:
+        """Every queue with queued jobs due at ``now``, with its live workers (``queue_health``).
+
+        Args:
+            queues: only these queues; None for every queue.
+            now: the instant to judge at; None for the database clock.
+
+        Returns:
+            One `QueueHealth` per queue that has due jobs, by queue name.
+        """
+        params = {"queues": None if queues is None else list(queues), "now": now}
+        return [
+            QueueHealth(
+                queue=str(r["queue"]),
+                due=int(r["due"]),
+                oldest_run_at=r["oldest_run_at"],
+                oldest_wait_seconds=max(0.0, float(r["oldest_wait_seconds"])),
+                live_workers=int(r["live_workers"]),
+            )
+            for r in self.database.fetch_all("queue_health", params)
+        ]
+
+    def stuck_past_lease(
+        self, *, queues: Sequence[str] | None = None, limit: int = 20, now: Now = None
+    ) -> StuckJobs:
+        """Running jobs whose worker's lease expired at ``now`` or whose worker row is gone.
+
+        Args:
+            queues: only jobs of these queues; None for every queue.
+            limit: most jobs listed (the oldest ids); the total counts them all.
+            now: the instant to judge at; None for the database clock.
+        """
+        params = {"queues": None if queues is None else list(queues), "limit": limit, "now": now}
+        rows = self.database.fetch_all("job_stuck_past_lease", params)
+        jobs = tuple(
+            StuckJob(
+                id=int(r["id"]),
+                queue=str(r["queue"]),
+                task_name=str(r["task_name"]),
+                tenant=str(r["tenant"]),
+                worker_id=r["worker_id"],
+                started_at=r["started_at"],
+                heartbeat_at=r["heartbeat_at"],
+                lease_expires_at=r["lease_expires_at"],
+            )
+            for r in rows
+        )
+        return StuckJobs(total=int(rows[0]["total"]) if rows else 0, jobs=jobs)
 
     # -- claiming (the worker's hot path: tuples, parameters sent as literals) -------
 

@@ -176,6 +176,39 @@ FROM pgtasks.jobs
 GROUP BY queue, status
 ORDER BY queue, status;
 
+-- name: queue_health
+-- Per queue with queued jobs due now (pgtasks check): how many, the run-at of the oldest and
+-- how long it has waited, and how many live workers serve the queue (lease not expired, not
+-- stopping). %(queues)s: a text[] of queues to look at, or NULL for every queue.
+SELECT d.queue, d.due, d.oldest_run_at,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - d.oldest_run_at)::float8
+           AS oldest_wait_seconds,
+       (SELECT count(*) FROM pgtasks.workers w
+        WHERE d.queue = ANY (w.queues) AND NOT w.stopping
+          AND w.lease_expires_at >= coalesce(%(now)s::timestamptz, now())) AS live_workers
+FROM (
+    SELECT queue, count(*) AS due, min(run_at) AS oldest_run_at
+    FROM pgtasks.jobs
+    WHERE status = 'queued' AND run_at <= coalesce(%(now)s::timestamptz, now())
+      AND (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
+    GROUP BY queue
+) d
+ORDER BY d.queue;
+
+-- name: job_stuck_past_lease
+-- Running jobs held by a worker whose lease has expired or whose row is gone (pgtasks check;
+-- the reaper recovers them), oldest id first, at most %(limit)s, each with the total count.
+-- %(queues)s: a text[] of queues to look at, or NULL for every queue.
+SELECT j.id, j.queue, j.task_name, j.tenant, j.worker_id, j.started_at, j.heartbeat_at,
+       w.lease_expires_at, count(*) OVER () AS total
+FROM pgtasks.jobs j
+LEFT JOIN pgtasks.workers w ON w.id = j.worker_id
+WHERE j.status = 'running'
+  AND (w.id IS NULL OR w.lease_expires_at < coalesce(%(now)s::timestamptz, now()))
+  AND (%(queues)s::text[] IS NULL OR j.queue = ANY (%(queues)s::text[]))
+ORDER BY j.id
+LIMIT %(limit)s;
+
 -- ======================================================================
 -- Jobs: claim and complete (the hot path)
 -- ======================================================================
