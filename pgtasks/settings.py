@@ -11,16 +11,19 @@ PostgreSQL (see `pgtasks.embedded`), whose data directory is
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 from pgtasks.errors import ConfigurationError
 from pgtasks.redaction import redact_dsn
-from pgtasks.validation import check_bool, check_int, check_text, short
+from pgtasks.validation import MAX_BATCH, check_bool, check_int, check_seconds, check_text, short
 
-__all__ = ["Settings"]
+__all__ = ["RetentionPolicy", "Settings"]
 
 #: Most connections one process's pool may hold (PostgreSQL's ``max_connections``
 #: is 100 by default; a pool larger than this is a typo, not a plan).
@@ -28,6 +31,215 @@ MAX_POOL_SIZE = 1000
 #: Most UTF-8 bytes of a DSN (libpq's connection strings are short; this only stops
 #: a pasted file).
 MAX_DSN_BYTES = 8192
+
+DAY = 86400.0
+#: The final statuses a retention policy keeps for a while, in the order it lists them.
+RETENTION_STATUSES = ("succeeded", "cancelled", "failed", "partial_failure")
+#: Most overrides (queue and task rules together) of one policy: each is a row the
+#: retention statement looks up per finished job.
+MAX_RETENTION_RULES = 1000
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw]?)\s*$")
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY, "w": 7 * DAY}
+_FOREVER = ("forever", "never", "keep")
+_OFF = {"0", "false", "no", "off"}
+_ON = {"1", "true", "yes", "on"}
+
+Keep = float | None  # seconds a finished job is kept; None: kept forever
+
+
+def parse_duration(label: str, text: str) -> Keep:
+    """A retention time from the environment: seconds (``3600``), a number with a
+    unit (``90s``, ``30m``, ``12h``, ``7d``, ``2w``), or ``forever``.
+
+    Raises:
+        ConfigurationError: anything else, or more than ten years (naming ``label``).
+    """
+    if text.strip().lower() in _FOREVER:
+        return None
+    match = _DURATION.match(text)
+    if match is None:
+        raise ConfigurationError(
+            f"{label}: {short(text)} is not a duration (seconds, or a number with s, m, h, d or w, "
+            "or 'forever')"
+        )
+    return check_seconds(label, float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def _check_keep(label: str, value: object) -> Keep:
+    if value is None or (isinstance(value, float) and math.isinf(value) and value > 0):
+        return None
+    return check_seconds(label, value)
+
+
+def _check_overrides(label: str, value: object) -> Mapping[str, Mapping[str, Keep]]:
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(
+            f"retention {label} must map names to {{status: seconds}}, got {type(value).__name__}"
+        )
+    checked: dict[str, Mapping[str, Keep]] = {}
+    for name, keeps in value.items():
+        check_text(f"retention {label} name", name)
+        if not isinstance(keeps, Mapping) or not keeps:
+            raise ConfigurationError(
+                f"retention {label}[{short(name)}] must be a non-empty mapping of status to seconds"
+            )
+        rule: dict[str, Keep] = {}
+        for status, keep in keeps.items():
+            if status not in RETENTION_STATUSES:
+                raise ConfigurationError(
+                    f"retention {label}[{short(name)}]: {short(status)} is not a final status "
+                    f"({', '.join(RETENTION_STATUSES)})"
+                )
+            rule[status] = _check_keep(f"retention {label}[{short(name)}][{status}]", keep)
+        checked[name] = MappingProxyType(rule)
+    return MappingProxyType(checked)
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """How long finished jobs are kept before the workers' retention service deletes
+    them (`pgtasks.maintenance.Retention`; docs/operations.md, "Retention").
+
+    A finished job is kept for the time of the most specific rule for its status:
+    its task's (``tasks``), else its queue's (``queues``), else the default of the
+    status. A time is seconds (``None``: forever); a job is deleted once it ended
+    more than that long ago.
+
+    Attributes:
+        enabled: whether workers run the retention service (default True;
+            ``PGTASKS_RETENTION=off`` turns it off).
+        succeeded: default 7 days (604,800 s).
+        cancelled: default 7 days.
+        failed: default 30 days (2,592,000 s): a failure is kept longer, for a
+            person to look at.
+        partial_failure: default 30 days, as failed.
+        queues: per-queue overrides, ``{queue: {status: seconds or None}}``; a
+            status not named falls back to the default.
+        tasks: per-task overrides, ``{task name: {status: seconds or None}}``;
+            win over the queue's.
+        interval: seconds between retention passes of a worker (default 60).
+        batch: most jobs one statement deletes (default 1,000).
+        pause: seconds between two batches of a pass (default 0.1), so the
+            deletes leave room for the queue's own work.
+
+    Raises:
+        ConfigurationError: a time that is not seconds in 0 to ten years (or None),
+            a status that is not final, an override that is not such a mapping, more
+            than `MAX_RETENTION_RULES` overrides, an ``interval`` not positive, a
+            ``batch`` not in 1 to `pgtasks.validation.MAX_BATCH`.
+    """
+
+    enabled: bool = True
+    succeeded: Keep = 7 * DAY
+    cancelled: Keep = 7 * DAY
+    failed: Keep = 30 * DAY
+    partial_failure: Keep = 30 * DAY
+    queues: Mapping[str, Mapping[str, Keep]] = field(default_factory=dict)
+    tasks: Mapping[str, Mapping[str, Keep]] = field(default_factory=dict)
+    interval: float = 60.0
+    batch: int = 1000
+    pause: float = 0.1
+
+    def __post_init__(self) -> None:
+        check_bool("retention enabled", self.enabled)
+        for status in RETENTION_STATUSES:
+            object.__setattr__(self, status, _check_keep(f"retention {status}", getattr(self, status)))
+        object.__setattr__(self, "queues", _check_overrides("queues", self.queues))
+        object.__setattr__(self, "tasks", _check_overrides("tasks", self.tasks))
+        rules = sum(len(r) for r in self.queues.values()) + sum(len(r) for r in self.tasks.values())
+        if rules > MAX_RETENTION_RULES:
+            raise ConfigurationError(f"retention has {rules} overrides; at most {MAX_RETENTION_RULES}")
+        check_seconds("retention interval", self.interval, positive=True)
+        check_int("retention batch", self.batch, 1, MAX_BATCH)
+        check_seconds("retention pause", self.pause)
+
+    def default(self, status: str) -> Keep:
+        """The default time a job finished with ``status`` is kept (seconds; None: forever)."""
+        return getattr(self, status)  # type: ignore[no-any-return]
+
+    def keep_for(self, status: str, *, queue: str, task_name: str) -> Keep:
+        """Seconds a job of ``task_name`` in ``queue`` that ended ``status`` is kept
+        (None: forever): the task's rule, else the queue's, else the default.
+
+        Raises:
+            ConfigurationError: ``status`` is not a final status.
+        """
+        if status not in RETENTION_STATUSES:
+            raise ConfigurationError(f"{short(status)} is not a final status")
+        for overrides, name in ((self.tasks, task_name), (self.queues, queue)):
+            rule = overrides.get(name)
+            if rule is not None and status in rule:
+                return rule[status]
+        return self.default(status)
+
+    def rules(self) -> list[tuple[str, str, str, Keep]]:
+        """Every rule as ``(scope, name, status, seconds or None)``: scope ``task``,
+        ``queue`` or ``default`` (name ``""``), most specific first."""
+        found: list[tuple[str, str, str, Keep]] = []
+        for scope, overrides in (("task", self.tasks), ("queue", self.queues)):
+            for name, rule in sorted(overrides.items()):
+                found.extend((scope, name, status, keep) for status, keep in rule.items())
+        found.extend(("default", "", status, self.default(status)) for status in RETENTION_STATUSES)
+        return found
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> RetentionPolicy:
+        """The policy the environment describes (docs/configuration.md):
+
+        * ``PGTASKS_RETENTION``: ``on`` (default) or ``off`` (also 1/0, true/false, yes/no);
+        * ``PGTASKS_RETENTION_SUCCEEDED``, ``_CANCELLED``, ``_FAILED``,
+          ``_PARTIAL_FAILURE``: a duration (`parse_duration`);
+        * ``PGTASKS_RETENTION_QUEUES``, ``PGTASKS_RETENTION_TASKS``: overrides as
+          ``name:status=duration,status=duration;name2:...`` (a name may hold ``:``,
+          not ``;``; use `Settings` in Python for such names);
+        * ``PGTASKS_RETENTION_INTERVAL``: a duration between passes.
+
+        Raises:
+            ConfigurationError: a value that cannot be read, naming the variable.
+        """
+        values: dict[str, object] = {}
+        switch = environ.get("PGTASKS_RETENTION", "").strip().lower()
+        if switch:
+            if switch not in _ON | _OFF:
+                raise ConfigurationError(f"PGTASKS_RETENTION must be on or off, got {short(switch)}")
+            values["enabled"] = switch in _ON
+        for status in RETENTION_STATUSES:
+            variable = f"PGTASKS_RETENTION_{status.upper()}"
+            if environ.get(variable, "").strip():
+                values[status] = parse_duration(variable, environ[variable])
+        for label in ("queues", "tasks"):
+            variable = f"PGTASKS_RETENTION_{label.upper()}"
+            if environ.get(variable, "").strip():
+                values[label] = _parse_overrides(variable, environ[variable])
+        interval = environ.get("PGTASKS_RETENTION_INTERVAL", "").strip()
+        if interval:
+            seconds = parse_duration("PGTASKS_RETENTION_INTERVAL", interval)
+            if not seconds:
+                raise ConfigurationError("PGTASKS_RETENTION_INTERVAL must be a positive duration")
+            values["interval"] = seconds
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def _parse_overrides(variable: str, text: str) -> dict[str, dict[str, Keep]]:
+    """``name:status=duration,...;name2:...`` as ``{name: {status: seconds}}``.
+
+    Raises:
+        ConfigurationError: a part without ``:`` or ``=``, or a bad duration.
+    """
+    overrides: dict[str, dict[str, Keep]] = {}
+    for part in text.split(";"):
+        if not part.strip():
+            continue
+        name, sep, items = part.strip().rpartition(":")
+        if not sep or not name or not items.strip():
+            raise ConfigurationError(f"{variable}: {short(part)} is not name:status=duration,...")
+        rule = overrides.setdefault(name, {})
+        for item in items.split(","):
+            status, eq, duration = item.partition("=")
+            if not eq:
+                raise ConfigurationError(f"{variable}: {short(item)} is not status=duration")
+            rule[status.strip()] = parse_duration(variable, duration)
+    return overrides
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +260,8 @@ class Settings:
         ocr_roots: absolute directories the OCR task (plugin ``pgtasks_ocr``) may read
             documents from; empty refuses every path (``PGTASKS_OCR_ROOTS``, a list
             separated by ``os.pathsep``).
+        retention: how long finished jobs are kept (`RetentionPolicy`; from the
+            ``PGTASKS_RETENTION*`` variables).
 
     Raises:
         ConfigurationError: a field of the wrong type or out of range, naming it and
@@ -61,6 +275,7 @@ class Settings:
     prepare_threshold: int | None = 5
     load_entry_points: bool = True
     ocr_roots: tuple[Path, ...] = ()
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
 
     def __repr__(self) -> str:
         # The DSN may hold a password (URI user:PASSWORD@, or password=...): masked, so a
@@ -89,6 +304,9 @@ class Settings:
                 raise ConfigurationError(
                     f"ocr_roots (PGTASKS_OCR_ROOTS) must hold absolute directories, got {str(root)!r}"
                 )
+        if not isinstance(self.retention, RetentionPolicy):
+            kind = type(self.retention).__name__
+            raise ConfigurationError(f"retention must be a RetentionPolicy, got a {kind}")
 
     @classmethod
     def from_env(
@@ -126,6 +344,8 @@ class Settings:
             "load_entry_points": autoload,
             "ocr_roots": ocr_roots,
         }
+        if "retention" not in overrides:
+            values["retention"] = RetentionPolicy.from_env(env)
         unknown = sorted(set(overrides) - set(cls.__dataclass_fields__))
         if unknown:
             allowed = ", ".join(sorted(cls.__dataclass_fields__))

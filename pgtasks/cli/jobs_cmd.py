@@ -332,15 +332,35 @@ def workers_command(loader: AppLoader) -> None:
 @click.option(
     "--status", type=click.Choice(["succeeded", "failed", "cancelled", "partial_failure"]), default=None
 )
+@click.option(
+    "--policy",
+    is_flag=True,
+    help="Delete what the retention policy no longer keeps (PGTASKS_RETENTION_*), not by a cutoff.",
+)
 @confirm_options
-@click.pass_obj
-def purge_command(loader: AppLoader, older_than: float, status: str | None, yes: bool, dry_run: bool) -> None:
-    """Delete finished jobs older than a cutoff.
+@click.pass_context
+def purge_command(
+    ctx: click.Context, older_than: float, status: str | None, policy: bool, yes: bool, dry_run: bool
+) -> None:
+    """Delete finished jobs older than a cutoff, or by the retention policy (``--policy``).
 
     Asks first at a terminal, saying how many jobs would go; refuses when stdin is
     not a terminal unless ``--yes`` is given. ``--dry-run`` prints that count and
-    deletes nothing.
+    deletes nothing; with ``--policy``, per queue, task and status.
     """
+    loader: AppLoader = ctx.obj
+    if policy:
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name in ("older_than", "status")
+            if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        ]
+        if given:
+            raise click.UsageError(f"--policy takes no {' or '.join(given)}: the policy says what to keep")
+        from pgtasks.cli.retention import purge_by_policy
+
+        purge_by_policy(loader.get(), yes=yes, dry_run=dry_run)
+        return
     which = f"finished {status or 'job'}s that ended more than {older_than:g} s ago"
     app = loader.get()
     count = None if yes and not dry_run else app.stores.jobs.purge_count(older_than=older_than, status=status)

@@ -1,13 +1,15 @@
 """Maintenance services shared by the worker and the scheduler, all of one shape.
 
 `Service` is the base (a thread calling ``run_once()`` every interval); `Reaper`
-recovers the jobs of lost workers. Each service is handed its config and the
+recovers the jobs of lost workers; `Retention` deletes finished jobs the retention
+policy no longer keeps. Each service is handed its config and the
 stores it needs, never the application.
 """
 
 from __future__ import annotations
 
 from pgtasks.maintenance.reaper import Reaper, ReaperConfig, ReaperResult
+from pgtasks.maintenance.retention import Retention, RetentionResult
 from pgtasks.maintenance.service import Service
 
-__all__ = ["Reaper", "ReaperConfig", "ReaperResult", "Service"]
+__all__ = ["Reaper", "ReaperConfig", "ReaperResult", "Retention", "RetentionResult", "Service"]

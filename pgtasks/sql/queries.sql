@@ -744,6 +744,74 @@ WHERE
 ;
 
 -- ======================================================================
+-- Retention: the policy's deletes of finished jobs (pgtasks.maintenance.Retention)
+-- ======================================================================
+
+-- fragment: retention_expired
+-- A finished job (alias j) that the retention policy no longer keeps: it ended more than
+-- the keep time of its most specific rule before %(now)s (default: the database clock).
+-- The rules come as four parallel arrays (scope 'task', 'queue' or 'default'; name;
+-- status; seconds, 'Infinity' for forever); a task's rule wins over its queue's, which
+-- wins over the default. %(min_keep)s, the shortest keep time of all rules, bounds the
+-- scan of jobs_finished_idx: a job younger than that is never looked at. %(tenant)s
+-- (NULL: every tenant) limits it to one tenant's jobs. Shared by the delete and the
+-- dry-run count, so both always mean the same jobs.
+j.status IN ('succeeded', 'failed', 'cancelled', 'partial_failure')
+AND j.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(min_keep)s::float8)
+AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
+AND extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - j.finished_at)::float8 > (
+    SELECT r.keep
+    FROM unnest(%(scopes)s::text[], %(names)s::text[], %(statuses)s::text[], %(keeps)s::float8[])
+         AS r(scope, name, status, keep)
+    WHERE r.status = j.status
+      AND (r.scope = 'default'
+           OR (r.scope = 'queue' AND r.name = j.queue)
+           OR (r.scope = 'task' AND r.name = j.task_name))
+    ORDER BY r.scope = 'task' DESC, r.scope = 'queue' DESC
+    LIMIT 1)
+
+-- name: retention_delete_batch
+-- Delete up to %(limit)s jobs the retention policy no longer keeps, oldest first, from
+-- finish time %(after)s on (NULL: the oldest; a pass goes on from the last batch's
+-- last_finished_at, so jobs kept longer are not read again by every batch). Only one
+-- batch runs at a time across the fleet: without the transaction-level advisory lock
+-- (single 64-bit key space; the migration lock has another key) it deletes nothing and
+-- says leader = false. Terminal rows only, taken with SKIP LOCKED: a claim (queued rows)
+-- never waits for it. The batch is picked in a CTE (see job_purge_finished).
+WITH leader AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock(hashtext('pgtasks.retention')) AS held
+), doomed AS (
+    SELECT j.id, j.status, j.finished_at FROM pgtasks.jobs j
+    WHERE (SELECT held FROM leader)
+      AND j.finished_at >= coalesce(%(after)s::timestamptz, '-infinity')
+      AND
+        -- include: retention_expired
+    ORDER BY j.finished_at
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+), gone AS (
+    DELETE FROM pgtasks.jobs x USING doomed d WHERE x.id = d.id
+    RETURNING d.status, d.finished_at
+)
+SELECT (SELECT held FROM leader) AS leader,
+       count(*) AS deleted,
+       count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+       count(*) FILTER (WHERE status = 'failed') AS failed,
+       count(*) FILTER (WHERE status = 'partial_failure') AS partial_failure,
+       max(finished_at) AS last_finished_at
+FROM gone;
+
+-- name: retention_count
+-- What the retention policy would delete now, per queue, task and status (purge --policy
+-- --dry-run); changes nothing.
+SELECT j.queue, j.task_name, j.status, count(*) AS jobs FROM pgtasks.jobs j
+WHERE
+    -- include: retention_expired
+GROUP BY j.queue, j.task_name, j.status
+ORDER BY j.queue, j.task_name, j.status;
+
+-- ======================================================================
 -- Workers: registration, heartbeat, reaping
 -- ======================================================================
 

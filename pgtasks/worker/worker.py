@@ -10,8 +10,9 @@ One `Worker` per process. Its threads:
 * the completer (`pgtasks.completion`), the one writer of outcomes: successful
   results in batches from its thread, every other outcome from the thread
   where the attempt ended;
-* the heartbeat (lease and cancellation requests), the reaper, the time-limit
-  watchdog, and the listener.
+* the heartbeat (lease and cancellation requests), the reaper, the retention
+  service (finished jobs the policy no longer keeps; one worker of the fleet at a
+  time), the time-limit watchdog, and the listener.
 
 Shutdown (SIGTERM/SIGINT, `Worker.request_stop`, or the end of a burst): stop
 claiming, hand back claimed-but-unstarted jobs at once, let running jobs finish
@@ -37,9 +38,10 @@ from pgtasks.completion import Completer, Completion, Outcome
 from pgtasks.context import CLAIM_COLUMNS, Request, TaskContext, request_from_claim, unreadable_claim
 from pgtasks.db import CancelRequest, JobStore, WorkerStore, text_array_literal
 from pgtasks.db.errors import masked_record
+from pgtasks.db.retention import RetentionStore
 from pgtasks.db.workers import worker_database
 from pgtasks.errors import DatabaseError, TimeLimitExceeded
-from pgtasks.maintenance import Reaper, ReaperConfig
+from pgtasks.maintenance import Reaper, ReaperConfig, Retention
 from pgtasks.plugins import call_isolated
 from pgtasks.ports import Engine
 from pgtasks.redaction import Redactor
@@ -181,6 +183,9 @@ class Worker:
             ReaperConfig(interval=self.config.reap_interval, lease_timeout=self.config.lease_timeout),
             completer=self._completer,
         )
+        # Finished jobs the app's retention policy no longer keeps (Settings.retention).
+        policy = app.settings.retention
+        self._retention = Retention(RetentionStore(self.database), policy) if policy.enabled else None
         self._watchdog = TimeLimitWatchdog(
             self._held_jobs, on_hard_limit=self._on_hard_limit, soft_in_thread=self.config.pool == "threads"
         )
@@ -217,6 +222,8 @@ class Worker:
         self._completer.start()
         self._heartbeat.start()
         self._reaper.start()
+        if self._retention is not None:
+            self._retention.start()
         self._watchdog.start()
         self._starts.start()
         if self._listener is not None:
@@ -798,6 +805,8 @@ class Worker:
         self._watchdog.stop()
         self._starts.stop()
         self._reaper.stop()
+        if self._retention is not None:
+            self._retention.stop()
         self._heartbeat.stop()
         try:
             if not running:  # else the worker row stays, for its lease to expire
