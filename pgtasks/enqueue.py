@@ -306,8 +306,10 @@ class JobEnqueuer:
         stores = self.source.stores
         jobs = stores.jobs
         with stores.database.transaction(conn) as tx:
-            if plain and len(rows) >= COPY_THRESHOLD:
-                ids = jobs.ids_reserve(n=len(rows), conn=tx)
+            # None under row-level security, which refuses COPY: the INSERT then.
+            reserved = jobs.ids_reserve(n=len(rows), conn=tx) if plain and len(rows) >= COPY_THRESHOLD else None
+            if reserved is not None:
+                ids = reserved
                 jobs.copy_in(
                     rows=(
                         (job_id, b["task_name"], b["queue"], b["tenant"], a, k, h,

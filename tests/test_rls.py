@@ -26,6 +26,7 @@ import pgtasks_index
 import pgtasks_index.plugin
 from pgtasks import isolation
 from pgtasks.cli import cli
+from pgtasks.enqueue import COPY_THRESHOLD
 from pgtasks.errors import ConfigurationError, DatabaseError, JobNotFound
 from pgtasks.states import JobStatus
 from pgtasks.worker import Worker, WorkerConfig
@@ -194,6 +195,24 @@ def test_the_fleet_sees_every_row_and_its_workers_run_every_tenants_jobs(setup: 
     with psycopg.connect(dsn) as conn:
         statuses = conn.execute("SELECT tenant, status, count(*) FROM pgtasks.jobs GROUP BY 1, 2").fetchall()
     assert sorted(statuses) == [(A, "succeeded", JOBS), (B, "succeeded", JOBS)]
+
+
+def test_bulk_enqueue_under_the_mode_takes_the_insert_which_the_policies_check(setup: dict[str, Any]) -> None:
+    """PostgreSQL refuses COPY FROM on a table under row-level security: a large
+    ``delay_many`` (which takes COPY otherwise) writes through the INSERT instead, for
+    a tenant handle and for the fleet, and the policy checks every row."""
+    dsn, roles, web = setup["dsn"], setup["roles"], setup["web"]
+    bulk = COPY_THRESHOLD * 3
+    assert len(web.tenant(A).bind("t.work").delay_many(range(bulk))) == bulk
+    fleet_app = _app(_as_role(dsn, roles["fleet"]))
+    try:
+        assert len(fleet_app.get_task("t.work").delay_many(range(bulk), tenant=B)) == bulk
+    finally:
+        fleet_app.close()
+    with psycopg.connect(dsn) as conn:
+        assert _count_by_tenant(conn) == {A: JOBS + bulk, B: JOBS + bulk}
+    with pytest.raises(DatabaseError, match="row-level security"):
+        web.get_task("t.work").delay_many(range(bulk), tenant=B)  # the web role, naming no tenant
 
 
 def test_the_index_table_is_isolated_too(setup: dict[str, Any]) -> None:

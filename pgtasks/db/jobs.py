@@ -263,10 +263,12 @@ class JobStore:
         }  # fmt: skip
         return [int(r["id"]) for r in self.database.fetch_all("job_insert_many", params, conn=conn)]
 
-    def ids_reserve(self, *, n: int, conn: AnyConnection | None = None) -> list[int]:
-        """Take ``n`` ids from the jobs' sequence (for `copy_in`)."""
+    def ids_reserve(self, *, n: int, conn: AnyConnection | None = None) -> list[int] | None:
+        """Take ``n`` ids from the jobs' sequence (for `copy_in`); None, taking none, when
+        row-level security applies to the current role (PostgreSQL refuses COPY then:
+        use `insert_many`)."""
         rows = self.database.fetch_tuples("job_ids_reserve", {"n": n}, conn=conn)
-        ids: list[int] = rows[0][0]
+        ids: list[int] | None = rows[0][0]
         return ids
 
     def copy_in(self, *, rows: Iterable[Sequence[Any]], conn: AnyConnection | None = None) -> None:

@@ -115,11 +115,14 @@ COPY pgtasks.jobs (id, task_name, queue, tenant, args, kwargs, headers, priority
 
 -- name: job_ids_reserve
 -- Reserve n job ids from the identity sequence for a COPY batch, as one array (one row
--- to read instead of n).
-SELECT array(
+-- to read instead of n). NULL, reserving nothing, when row-level security applies to this
+-- role on the jobs table (row-level security mode, migration 0006): PostgreSQL refuses
+-- COPY FROM there ("COPY FROM not supported with row-level security"), so the batch
+-- goes through the INSERT instead.
+SELECT CASE WHEN row_security_active('pgtasks.jobs') THEN NULL ELSE array(
     SELECT nextval(pg_get_serial_sequence('pgtasks.jobs', 'id'))
     FROM generate_series(1, %(n)s::integer)
-) AS ids;
+) END AS ids;
 
 -- name: job_notify_queues
 -- Wake workers of these queues on commit (one notification per queue).
