@@ -3,8 +3,8 @@
 The worker, the scheduler, the maintenance services, results, task contexts, tasks,
 the enqueue path, the hook specifications and the data layer are typed against the
 Protocols of `pgtasks.ports`. Only the application's shell may name the App: the
-package root (which exports it), `pgtasks.app` itself, the command line, and the
-loader of ``-A module:attr`` (with ``python -m pgtasks``).
+package root (which exports it), `pgtasks.app` itself, the command line, the web
+dashboard, and the loader of ``-A module:attr`` (with ``python -m pgtasks``).
 
 Three checks, from the source and from a fresh interpreter:
 
@@ -32,7 +32,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pgtasks"
 
 # The application and its shell: these may import the App (paths relative to pgtasks/).
 SHELL_FILES = frozenset({"__init__.py", "__main__.py", "app.py", "loader.py"})
-SHELL_DIRS = frozenset({"cli"})
+SHELL_DIRS = frozenset({"cli", "dashboard"})
 
 # The engine's packages and modules, imported in a fresh interpreter.
 ENGINE_MODULES = (

@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "scheduler": "pgtasks.cli.schedules_cmd:scheduler_command",
     "schedules": "pgtasks.cli.schedules_cmd:schedules_group",
     "plugins": "pgtasks.cli.plugins_cmd:plugins_command",
+    "dashboard": "pgtasks.cli.dashboard_cmd:dashboard_command",
     "check": "pgtasks.cli.check_cmd:check_command",
     "rls": "pgtasks.cli.rls_cmd:rls_group",
 }

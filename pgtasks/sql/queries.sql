@@ -1215,3 +1215,82 @@ RETURNING name;
 SELECT name FROM pgtasks.schedules
 WHERE after @> ARRAY[%(name)s]::text[] AND NOT paused AND invalid_reason IS NULL
 ORDER BY name;
+
+-- ======================================================================
+-- Overview: what the dashboard reads (read-only; a replica can serve them)
+-- ======================================================================
+
+-- name: overview_queue_depth
+-- Jobs per queue and status, of one tenant (%(tenant)s) or of all (NULL). claimed: of the
+-- running ones, those held but not started; oldest_wait_seconds: how long the oldest queued
+-- job that is due has waited since its run-at (NULL when none is due).
+SELECT queue, status, count(*) AS jobs,
+       count(*) FILTER (WHERE status = 'running' AND started_at IS NULL) AS claimed,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now())
+               - min(run_at) FILTER (WHERE status = 'queued'
+                                     AND run_at <= coalesce(%(now)s::timestamptz, now())))::float8
+           AS oldest_wait_seconds
+FROM pgtasks.jobs
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+GROUP BY queue, status
+ORDER BY queue, status;
+
+-- name: overview_throughput
+-- Jobs that finished in the last %(window)s seconds, per queue, bucket of %(bucket)s seconds
+-- (0: the oldest) and final status, of one tenant or of all (%(tenant)s NULL).
+SELECT queue,
+       least(floor(extract(epoch FROM finished_at - (coalesce(%(now)s::timestamptz, now())
+                                                     - make_interval(secs => %(window)s::float8)))
+                   / %(bucket)s::float8)::int,
+             ceil(%(window)s::float8 / %(bucket)s::float8)::int - 1) AS bucket,
+       status, count(*) AS jobs
+FROM pgtasks.jobs
+WHERE status IN ('succeeded', 'failed', 'cancelled', 'partial_failure')
+  AND finished_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s::float8)
+  AND finished_at <= coalesce(%(now)s::timestamptz, now())
+  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+GROUP BY 1, 2, 3
+ORDER BY 1, 2, 3;
+
+-- name: overview_tenants
+-- Backlog per tenant (queued, of which due now, and running jobs) and its share of the
+-- backlog of all tenants shown; one tenant's (%(tenant)s) or every tenant's (NULL).
+SELECT tenant,
+       count(*) FILTER (WHERE status = 'queued') AS queued,
+       count(*) FILTER (WHERE status = 'queued'
+                        AND run_at <= coalesce(%(now)s::timestamptz, now())) AS due,
+       count(*) FILTER (WHERE status = 'running') AS running,
+       count(*) AS backlog,
+       (count(*)::float8 / sum(count(*)) OVER ())::float8 AS share
+FROM pgtasks.jobs
+WHERE status IN ('queued', 'running')
+  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+GROUP BY tenant
+ORDER BY count(*) DESC, tenant;
+
+-- name: overview_workers
+-- Every registered worker, as worker_list, with the counts of running and claimed jobs
+-- taken among one tenant's jobs only (%(tenant)s; NULL: all tenants').
+SELECT w.*, (w.lease_expires_at < coalesce(%(now)s::timestamptz, now())) AS expired,
+       c.running, c.claimed
+FROM pgtasks.workers w
+CROSS JOIN LATERAL (
+    SELECT count(j.started_at) AS running, count(*) - count(j.started_at) AS claimed
+    FROM pgtasks.jobs j
+    WHERE j.worker_id = w.id AND j.status = 'running'
+      AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)) c
+ORDER BY w.host, w.started_at;
+
+-- name: overview_jobs
+-- Jobs as job_list filters them, also by creation time in [%(created_after)s,
+-- %(created_before)s) (either NULL: unbounded); newest first, keyset-paginated by id.
+SELECT * FROM pgtasks.jobs
+WHERE (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s)
+  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+  AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
+  AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
+  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
