@@ -8,6 +8,8 @@ secrets in its errors; the database keeps the real arguments, which the task nee
 they act (`confirm`): ``--yes`` for scripts, ``--dry-run`` to see what they would touch.
 ``jobs list/show/retry/cancel --tenant T`` act through ``app.tenant(T)``
 (`pgtasks.TenantScope`): only T's jobs, and another tenant's id is reported as no job.
+``jobs list``, ``jobs show``, ``queues``/``stats`` and ``workers`` take ``--json``
+(`pgtasks.cli.jsonout`): one JSON document on stdout, masked and scoped as the table.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pgtasks.cli.common import (
     shown,
     task_redactor,
 )
+from pgtasks.cli.jsonout import echo_json, job_detail, job_summary, json_option, queue_counts, worker_object
 from pgtasks.errors import PgtasksError
 from pgtasks.records import Requeue
 from pgtasks.redaction import redact_data, redact_text
@@ -77,6 +80,7 @@ def _jobs_api(loader: AppLoader, tenant: str | None) -> App | TenantScope:
 @tenant_option
 @click.option("--before", "before_id", type=int, default=None, help="Show jobs with ids below this (paging).")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@json_option
 @click.pass_obj
 def jobs_list(
     loader: AppLoader,
@@ -86,14 +90,22 @@ def jobs_list(
     tenant: str | None,
     before_id: int | None,
     limit: int,
+    as_json: bool,
 ) -> None:
-    """Jobs, newest first (with ``--tenant``, only that tenant's)."""
+    """Jobs, newest first (with ``--tenant``, only that tenant's).
+
+    With ``--json``: an array of job objects (``[]`` when nothing matches); the next
+    page is ``--before`` the last id.
+    """
     api = _jobs_api(loader, tenant)
     filters: dict[str, Any] = {"status": status, "queue": queue, "task_name": task_name}
     try:
         jobs = api.list_jobs(**filters, before_id=before_id, limit=limit)
     except PgtasksError as exc:
         fail(exc)
+    if as_json:
+        echo_json([job_summary(j) for j in jobs])
+        return
     table = new_table("id", "task", "queue", "tenant", "status", "attempt", "run at", "finished", "error")
     for j in jobs:
         table.add_row(
@@ -115,13 +127,15 @@ def jobs_list(
 @jobs_group.command("show")
 @click.argument("job_id", type=int)
 @tenant_option
+@json_option
 @click.pass_obj
-def jobs_show(loader: AppLoader, job_id: int, tenant: str | None) -> None:
+def jobs_show(loader: AppLoader, job_id: int, tenant: str | None, as_json: bool) -> None:
     """Everything about one job, with its attempt history.
 
     Secrets are masked: the values of sensitive arguments (built-in names and the
     task's ``redact``, when the app knows the task), sensitive keys in headers,
     result and progress, and secrets in error messages (`pgtasks.redaction`).
+    With ``--json``: one job object with its timeline.
     """
     api = _jobs_api(loader, tenant)
     try:
@@ -130,6 +144,9 @@ def jobs_show(loader: AppLoader, job_id: int, tenant: str | None) -> None:
         fail(exc)
         return
     redactor = task_redactor(loader.get(), job.task_name)
+    if as_json:
+        echo_json(job_detail(job, redactor))
+        return
     console = new_console()
     table = new_table(show_header=False)
     for name in (
@@ -281,10 +298,17 @@ def _id_list(job_ids: tuple[int, ...], most: int = 10) -> str:
 
 
 @click.command("queues")
+@json_option
 @click.pass_obj
-def queues_command(loader: AppLoader) -> None:
-    """Job counts per queue and status."""
-    rows = loader.get().queue_stats()
+def queues_command(loader: AppLoader, as_json: bool) -> None:
+    """Job counts per queue and status (``--json``: an array of queue objects)."""
+    try:
+        rows = loader.get().queue_stats()
+    except PgtasksError as exc:
+        fail(exc)
+    if as_json:
+        echo_json(queue_counts(rows))
+        return
     # Running jobs whose body has not started (claimed ahead) are shown apart.
     columns = ["queued", CLAIMED, *_STATUSES[1:]]
     table = new_table("queue", *columns, "oldest queued")
@@ -302,10 +326,18 @@ def queues_command(loader: AppLoader) -> None:
 
 
 @click.command("workers")
+@json_option
 @click.pass_obj
-def workers_command(loader: AppLoader) -> None:
-    """Registered workers, their lease, running jobs and jobs claimed ahead."""
-    workers = loader.get().stores.workers.list()
+def workers_command(loader: AppLoader, as_json: bool) -> None:
+    """Registered workers, their lease, running jobs and jobs claimed ahead
+    (``--json``: an array of worker objects)."""
+    try:
+        workers = loader.get().stores.workers.list()
+    except PgtasksError as exc:
+        fail(exc)
+    if as_json:
+        echo_json([worker_object(w) for w in workers])
+        return
     table = new_table("id", "queues", "pool", "concurrency", "running", CLAIMED, "last seen", "state")
     for w in workers:
         table.add_row(

@@ -2,6 +2,8 @@
 
 Exit codes: 0 success; 1 a pgtasks error (unknown schedule, a run already active,
 a refused cron expression ...), message on stderr; 2 a usage error.
+``schedules list|show|history|next`` take ``--json`` (`pgtasks.cli.jsonout`): one JSON
+document on stdout, with the values the tables mask masked the same way.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from pgtasks.cli.common import (
     shown,
     task_redactor,
 )
+from pgtasks.cli.jsonout import echo_json, json_option, run_object, schedule_object, schedule_state, time_text
 from pgtasks.cron import load_zone
 from pgtasks.errors import ConfigurationError, PgtasksError
 from pgtasks.maintenance import ReaperConfig
-from pgtasks.redaction import redact_text
-from pgtasks.scheduler import Schedule, Scheduler, SchedulerConfig, SimulatedClock
+from pgtasks.redaction import redact_data
+from pgtasks.scheduler import Scheduler, SchedulerConfig, SimulatedClock
 from pgtasks.serialization import dumps
 
 __all__ = ["run_scheduler", "scheduler_command", "schedules_group"]
@@ -51,14 +54,21 @@ def _local(value: dt.datetime | None, zone_name: str) -> str:
     return f"{local:%Y-%m-%d %H:%M:%S %Z} ({value.astimezone(dt.UTC):%H:%M:%S} UTC)"
 
 
+def _local_iso(value: dt.datetime, zone_name: str) -> str:
+    """ISO 8601 in the schedule's zone, with that zone's offset then (UTC if the zone is unknown)."""
+    zone: dt.tzinfo
+    try:
+        zone = load_zone(zone_name)
+    except PgtasksError:
+        zone = dt.UTC
+    return value.astimezone(zone).isoformat()
+
+
 def _utc(value: dt.datetime | None) -> str:
     return "" if value is None else f"{value.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S}"
 
 
-def _state(s: Schedule) -> str:
-    if s.invalid_reason:
-        return "invalid"
-    return "paused" if s.paused else "active"
+_state = schedule_state
 
 
 # -- the service ---------------------------------------------------------------------------
@@ -158,13 +168,19 @@ def schedules_group() -> None:
 
 
 @schedules_group.command("list")
+@json_option
 @click.pass_obj
-def schedules_list(loader: AppLoader) -> None:
-    """Every schedule with its next run, last run and last outcome."""
+def schedules_list(loader: AppLoader, as_json: bool) -> None:
+    """Every schedule with its next run, last run and last outcome
+    (``--json``: an array of schedule objects, as ``schedules show --json`` gives each)."""
     try:
         found = loader.get().schedules.all()
     except PgtasksError as exc:
         fail(exc)
+        return
+    if as_json:
+        app = loader.get()
+        echo_json([schedule_object(s, task_redactor(app, s.task_name)) for s in found])
         return
     table = new_table("name", "cron", "timezone", "task", "state", "next run", "last run", "last outcome")
     for s in found:
@@ -184,14 +200,18 @@ def schedules_list(loader: AppLoader) -> None:
 
 @schedules_group.command("show")
 @click.argument("name")
+@json_option
 @click.pass_obj
-def schedules_show(loader: AppLoader, name: str) -> None:
+def schedules_show(loader: AppLoader, name: str, as_json: bool) -> None:
     """Everything about one schedule; the values of sensitive arguments are masked
-    (`pgtasks.redaction`), as ``jobs show`` does."""
+    (`pgtasks.redaction`), as ``jobs show`` does (``--json``: one schedule object)."""
     try:
         s = loader.get().schedules.get(name)
     except PgtasksError as exc:
         fail(exc)
+        return
+    if as_json:
+        echo_json(schedule_object(s, task_redactor(loader.get(), s.task_name)))
         return
     args, kwargs = task_redactor(loader.get(), s.task_name).call(s.args, s.kwargs)
     table = new_table(show_header=False)
@@ -303,13 +323,24 @@ def schedules_delete(loader: AppLoader, name: str, yes: bool, dry_run: bool) -> 
 @click.argument("name")
 @click.option("--page", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--per-page", type=click.IntRange(1, 1000), default=20, show_default=True)
+@json_option
 @click.pass_obj
-def schedules_history(loader: AppLoader, name: str, page: int, per_page: int) -> None:
-    """A schedule's runs, newest first: trigger, attempt, times, outcome, error, progress."""
+def schedules_history(loader: AppLoader, name: str, page: int, per_page: int, as_json: bool) -> None:
+    """A schedule's runs, newest first: trigger, attempt, times, outcome, error, progress.
+
+    Error messages and progress are masked (`pgtasks.redaction`: secrets in text,
+    sensitive keys and the task's ``redact`` names). ``--json``: an array of run objects.
+    """
     try:
-        runs = loader.get().schedules.history(name, page=page, per_page=per_page)
+        app = loader.get()
+        runs = app.schedules.history(name, page=page, per_page=per_page)
+        schedule = app.schedules.get(name)
     except PgtasksError as exc:
         fail(exc)
+        return
+    redactor = task_redactor(app, schedule.task_name)
+    if as_json:
+        echo_json([run_object(r, redactor) for r in runs])
         return
     table = new_table(
         "run",
@@ -325,7 +356,7 @@ def schedules_history(loader: AppLoader, name: str, page: int, per_page: int) ->
         "cause",
     )
     for r in runs:
-        message = redact_text(r.error_message or "")
+        message = redactor.text(r.error_message or "")
         error = f"{r.error_code} ({r.failure_class}): {message}" if r.error_code else ""
         table.add_row(
             str(r.id),
@@ -337,7 +368,7 @@ def schedules_history(loader: AppLoader, name: str, page: int, per_page: int) ->
             r.status,
             error[:80],
             r.worker_id or "",
-            dumps(r.progress) if r.progress else "",
+            dumps(redact_data(r.progress, redactor.redact)) if r.progress else "",
             f"#{r.parent_id}" if r.parent_id else "",
         )
     new_console().print(table)
@@ -354,9 +385,14 @@ def schedules_history(loader: AppLoader, name: str, page: int, per_page: int) ->
     default=None,
     help="ISO time to start from (default now); without an offset it is read in the schedule's zone.",
 )
+@json_option
 @click.pass_obj
-def schedules_next(loader: AppLoader, name: str, count: int, start: str | None) -> None:
-    """The next fire times, in the schedule's zone and UTC (check cron and DST before trusting it)."""
+def schedules_next(loader: AppLoader, name: str, count: int, start: str | None, as_json: bool) -> None:
+    """The next fire times, in the schedule's zone and UTC (check cron and DST before trusting it).
+
+    ``--json``: an array of ``{"fire_at", "local"}`` objects (``[]`` for a schedule
+    without cron, which runs only when triggered or after others).
+    """
     try:
         app = loader.get()
         s = app.schedules.get(name)
@@ -371,6 +407,9 @@ def schedules_next(loader: AppLoader, name: str, count: int, start: str | None) 
         times = app.schedules.next_fire_times(name, count, after=after)
     except PgtasksError as exc:
         fail(exc)
+        return
+    if as_json:
+        echo_json([{"fire_at": time_text(t), "local": _local_iso(t, s.timezone)} for t in times])
         return
     if s.cron is None:
         click.echo(
