@@ -61,6 +61,7 @@ __all__ = [
     "StoreProvider",
     "TaskRegistry",
     "WorkerInfo",
+    "echo_json",
     "fail",
     "hookimpl",
     "job_tenant",
@@ -129,6 +130,21 @@ def list_workers(app: StoreProvider) -> list[WorkerInfo]:
         DatabaseError: the database cannot be read.
     """
     return app.stores.workers.list()
+
+
+def echo_json(document: object) -> None:
+    """Print ``document`` as the one JSON document of a command's ``--json`` output.
+
+    The shape rules of the built-in commands apply (docs/operations.md, "JSON
+    output"): indented JSON on stdout, characters that could act on a terminal
+    written as ``\\u`` escapes. Give times as ISO 8601 text with an offset.
+
+    Raises:
+        TypeError: a value JSON cannot hold (orjson's rules).
+    """
+    from pgtasks.cli.jsonout import echo_json as write  # click: loaded only by commands
+
+    write(document)
 
 
 def fail(exc: PgtasksError) -> NoReturn:

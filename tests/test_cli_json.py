@@ -475,3 +475,29 @@ def test_the_documented_examples_have_the_real_shapes(app: pgtasks.App, dsn: str
     # A list's example shows every kind of entry it can hold.
     kinds = {e["kind"] for e in examples["jobs show"]["timeline"]}
     assert kinds == {"attempt", "requeue"}
+
+
+# -- plugins and the embedded server -------------------------------------------------------------
+
+
+def test_plugins_lists_the_loaded_plugins(dsn: str) -> None:
+    document = run_json(dsn, "--plugin", "pgtasks_index.plugin", "plugins")
+    assert document["autoload"] is False  # PGTASKS_DISABLE_PLUGIN_AUTOLOAD in run()
+    names = [p["name"] for p in document["plugins"]]
+    assert names == sorted(names)
+    (index,) = [p for p in document["plugins"] if "pgtasks_index" in p["source"]]
+    assert "pgtasks_add_commands" in index["hooks"]
+    assert all(set(ep) == {"name", "value", "dist", "loaded"} for ep in document["entry_points"])
+
+
+def test_embedded_status_says_not_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGTASKS_EMBEDDED_DIR", str(tmp_path / "pg"))
+    result = CliRunner().invoke(cli, ["embedded", "status", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0
+    assert orjson.loads(result.stdout) == {
+        "running": False,
+        "pid": None,
+        "data_dir": str(tmp_path / "pg"),
+        "socket_dir": None,
+        "port": None,
+    }

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import psycopg
 import pytest
 from click.testing import CliRunner
@@ -369,7 +370,16 @@ def test_search_command_prints_ranked_hits(
     result = runner.invoke(cli, [*args[:-2], "--tenant", "other"], catch_exceptions=False)
     assert result.exit_code == 0 and "no hits" in result.output
     result = runner.invoke(cli, [*args, "--json"], catch_exceptions=False)
-    assert '"key":"doc-7"' in result.output
+    (hit,) = orjson.loads(result.stdout)
+    assert (hit["tenant"], hit["kind"], hit["key"], hit["title"]) == (
+        "acme",
+        "document",
+        "doc-7",
+        "Quarterly report",
+    )
+    assert isinstance(hit["rank"], float) and "Revenue" in hit["snippet"]
+    result = runner.invoke(cli, [*args[:-2], "--tenant", "other", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0 and orjson.loads(result.stdout) == []
     # Without the plugin there is no such command.
     result = runner.invoke(cli, ["--dsn", dsn, "search", "revenue"])
     assert result.exit_code == 2 and "No such command" in result.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from pgtasks.cli.common import confirm, confirm_options, interactive, shown
+from pgtasks.cli.jsonout import echo_json, json_option
 from pgtasks.embedded import default_data_dir, running_server, stop_embedded
 
 __all__ = ["embedded_group"]
@@ -16,9 +17,24 @@ def embedded_group() -> None:
 
 
 @embedded_group.command("status")
-def embedded_status() -> None:
-    """Say whether the embedded server runs, where, and on which socket."""
+@json_option
+def embedded_status(as_json: bool) -> None:
+    """Say whether the embedded server runs, where, and on which socket.
+
+    ``--json``: ``{"running", "pid", "data_dir", "socket_dir", "port"}`` (null when not running).
+    """
     server = running_server()
+    if as_json:
+        echo_json(
+            {
+                "running": server is not None,
+                "pid": None if server is None else server.pid,
+                "data_dir": str(default_data_dir() if server is None else server.data_dir),
+                "socket_dir": None if server is None else str(server.socket_dir),
+                "port": None if server is None else server.port,
+            }
+        )
+        return
     if server is None:
         click.echo(f"not running (data directory {shown(default_data_dir())})")
         return

@@ -70,13 +70,36 @@ class PluginCommandGroup(LazyGroup):
 
 @click.command("plugins")
 @click.option("--hooks/--no-hooks", default=True, show_default=True, help="Show the hooks each implements.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
 @click.pass_obj
-def plugins_command(loader: AppLoader, hooks: bool) -> None:
-    """List the loaded plugins, where each comes from, and the entry points installed."""
+def plugins_command(loader: AppLoader, hooks: bool, as_json: bool) -> None:
+    """List the loaded plugins, where each comes from, and the entry points installed.
+
+    ``--json``: ``{"plugins": [{"name", "source", "hooks"}], "entry_points": [{"name",
+    "value", "dist", "loaded"}], "autoload": bool}``.
+    """
     try:
         app = loader.get()
     except PgtasksError as exc:
         fail(exc)
+        return
+    if as_json:
+        from pgtasks.cli.jsonout import echo_json  # this module loads with every command: import on use
+
+        loaded_names = {info.name for info in describe_plugins(app.plugin_manager)}
+        echo_json(
+            {
+                "plugins": [
+                    {"name": info.name, "source": info.source, "hooks": list(info.hooks)}
+                    for info in describe_plugins(app.plugin_manager)
+                ],
+                "entry_points": [
+                    {"name": ep.name, "value": ep.value, "dist": ep.dist, "loaded": ep.name in loaded_names}
+                    for ep in available_entry_points()
+                ],
+                "autoload": bool(app.settings.load_entry_points),
+            }
+        )
         return
     console = new_console()
     table = new_table(title=f"plugins of app {app.name!r}")

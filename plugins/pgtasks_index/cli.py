@@ -1,15 +1,14 @@
-"""``pgtasks search QUERY --tenant T``: ranked hits with snippets, as a table or JSON."""
+"""``pgtasks search QUERY --tenant T``: ranked hits with snippets, as a table or one JSON array."""
 
 from __future__ import annotations
 
 import click
-import orjson
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from pgtasks.errors import PgtasksError
-from pgtasks.plugin_api import AppLoader, fail, shown
+from pgtasks.plugin_api import AppLoader, echo_json, fail, shown
 
 from .api import DEFAULT_LIMIT, search
 
@@ -25,7 +24,7 @@ _START, _STOP = "\u27e6", "\u27e7"
 @click.option("-n", "--limit", default=DEFAULT_LIMIT, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--language", default=None, help="Text-search configuration (default: english).")
 @click.option("--kind", "kinds", multiple=True, help="Only entries of this kind (repeatable).")
-@click.option("--json", "as_json", is_flag=True, help="Print hits as JSON lines.")
+@click.option("--json", "as_json", is_flag=True, help="Print the hits as one JSON array.")
 @click.pass_obj
 def search_command(
     loader: AppLoader,
@@ -60,20 +59,20 @@ def search_command(
     finally:
         app.close()
     if as_json:
-        for hit in hits:
-            click.echo(
-                orjson.dumps(
-                    {
-                        "tenant": hit.tenant,
-                        "kind": hit.kind,
-                        "key": hit.key,
-                        "title": hit.title,
-                        "rank": hit.rank,
-                        "match": hit.match,
-                        "snippet": hit.snippet,
-                    }
-                ).decode()
-            )
+        echo_json(
+            [
+                {
+                    "tenant": hit.tenant,
+                    "kind": hit.kind,
+                    "key": hit.key,
+                    "title": hit.title,
+                    "rank": hit.rank,
+                    "match": hit.match,
+                    "snippet": hit.snippet,
+                }
+                for hit in hits
+            ]
+        )
         return
     console = Console()
     if not hits:
