@@ -501,3 +501,26 @@ def test_embedded_status_says_not_running(tmp_path: Path, monkeypatch: pytest.Mo
         "socket_dir": None,
         "port": None,
     }
+
+
+def _keys(value: Any) -> set[str]:
+    """Every key of the objects in a document, at any depth (free-form values left out)."""
+    if isinstance(value, dict):
+        found = set(value)
+        for key, item in value.items():
+            if key not in FREE_FORM:
+                found |= _keys(item)
+        return found
+    if isinstance(value, list):
+        return set().union(*(_keys(item) for item in value)) if value else set()
+    return set()
+
+
+def test_every_documented_field_is_described() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    start = text.index("## JSON output")
+    end = text.index("\n## ", text.index("## Health checks"))
+    prose = EXAMPLE.sub("", text[start:end])  # the tables and lists, not the examples themselves
+    for command, example in documented_examples().items():
+        missing = sorted(k for k in _keys(example) if not re.search(rf"[`.\"]{re.escape(k)}[`\"]", prose))
+        assert missing == [], f"{command}: fields without a description: {missing}"
