@@ -469,21 +469,28 @@ class Database:
         `tenant_context`'s: yields what to call after the statement, before reading
         its result (a no-op when there is no tenant).
 
-        With a tenant, the statement runs in a transaction that first runs
-        ``tenant_scope``: the caller's, or one opened here on an autocommit
-        connection outside any (committed when the block ends). The three
-        statements go in one pipeline (psycopg's pipeline mode): two round trips in
-        all, where BEGIN, set_config, the statement and COMMIT one by one take four.
-        ``pipeline=False`` for COPY, which a pipeline cannot carry.
+        With a tenant, ``tenant_scope`` runs first in the statement's transaction: the
+        caller's, or else the implicit transaction that PostgreSQL gives the
+        statements of a pipeline up to its next Sync ("55.2.4. Pipelining" of the
+        protocol docs): both go in one pipeline (psycopg's pipeline mode), one round
+        trip, and commit together. ``pipeline=False`` (COPY, which a pipeline cannot
+        carry, and `transaction`) runs it on its own, in an explicit transaction when
+        ``c`` is an autocommit connection outside any.
         """
         tenant = self.tenant if self.tenant is not None else _TENANT.get()
         if tenant is None:
             yield _nothing
             return
+        params = {"tenant": tenant}
+        if pipeline:
+            with c.pipeline() as p:
+                c.execute(QUERIES["tenant_scope"], params)
+                yield p.sync
+            return
         own = c.autocommit and c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        with c.pipeline() if pipeline else nullcontext() as p, c.transaction() if own else nullcontext():
-            c.execute(QUERIES["tenant_scope"], {"tenant": tenant})
-            yield p.sync if p is not None else _nothing
+        with c.transaction() if own else nullcontext():
+            c.execute(QUERIES["tenant_scope"], params)
+            yield _nothing
 
     def fetch_one(self, name: str, params: Params = None, *, conn: AnyConnection | None = None) -> Row | None:
         """Run a named query and return its first row, or None."""
