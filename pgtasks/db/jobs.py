@@ -173,7 +173,9 @@ class JobStore:
             tenant is a condition of each statement (``AND tenant = ...`` on the
             primary-key lookup), so another tenant's id reads as no job at all. The
             enqueue, claim, outcome and maintenance methods are the engine's and are
-            not scoped.
+            not scoped. Every statement of a scoped store also runs in a
+            transaction of its tenant (`Database.scoped`), which the row-level
+            security policies read when that mode is on.
     """
 
     def __init__(self, database: Database, *, tenant: str | None = None) -> None:
