@@ -78,8 +78,8 @@ class Request:
 
 
 # The columns job_claim_batch and job_claim_ids return, in order: the fields of `Request` but the last
-# (worker_id), so `request_from_claim` builds one by position. job_claim_batch adds one more after
-# them, tenant_share (see the query).
+# (worker_id), so `request_from_claim` builds one by position. Both add the job's run-at in Unix
+# seconds after them (due), and job_claim_batch then tenant_share (see the queries).
 CLAIM_COLUMNS = (
     "id",
     "task_name",

@@ -92,6 +92,18 @@ def _queues(value: str) -> tuple[str, ...]:
     show_default=True,
     help="Fail jobs of tasks this worker does not know, or leave them queued for one that does.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve this worker's Prometheus metrics on /metrics at this port (0: any free port).",
+)
+@click.option(
+    "--metrics-host", default="127.0.0.1", show_default=True, help="Address to serve the metrics on."
+)
+@click.option(
+    "--metrics-tenants", is_flag=True, help="Label the per-job metrics with the tenant too (one series each)."
+)
 @click.option("-B", "--beat", is_flag=True, help="Also run the scheduler in this process (as Celery's -B).")
 @click.option(
     "-l",
@@ -116,6 +128,9 @@ def worker_command(
     shutdown_timeout: float,
     tenant_fair: bool,
     unknown_tasks: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    metrics_tenants: bool,
     beat: bool,
     loglevel: str | None,
 ) -> None:
@@ -142,6 +157,9 @@ def worker_command(
             tenant_fair=tenant_fair,
             unknown_tasks=unknown_tasks,
             app_spec=loader.app_spec,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+            metrics_tenants=metrics_tenants,
         )
     except ConfigurationError as exc:
         raise click.UsageError(shown(exc)) from None

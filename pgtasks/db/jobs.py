@@ -379,8 +379,8 @@ class JobStore:
     ) -> list[tuple[Any, ...]]:
         """Claim up to ``limit`` due jobs of ``queues`` (a ``text[]`` literal,
         `text_array_literal`) for ``worker_id``: rows of `pgtasks.context.CLAIM_COLUMNS`
-        followed by ``tenant_share``. ``tasks``: only jobs of these task names (a
-        ``text[]`` literal), None for every task.
+        followed by ``due`` (run-at, Unix seconds) and ``tenant_share``. ``tasks``: only
+        jobs of these task names (a ``text[]`` literal), None for every task.
 
         Raises:
             DatabaseError: SQLSTATE 23505 when another worker took a job with the
@@ -396,7 +396,7 @@ class JobStore:
         self, *, ids: Iterable[int], queues: str, worker_id: str, tasks: str | None = None, now: Now = None
     ) -> list[tuple[Any, ...]]:
         """Claim the named jobs that are due, in ``queues`` (a ``text[]`` literal), of
-        ``tasks`` (as for `claim_batch`): rows of `pgtasks.context.CLAIM_COLUMNS`.
+        ``tasks`` (as for `claim_batch`): rows of `pgtasks.context.CLAIM_COLUMNS`, then ``due``.
 
         Raises:
             DatabaseError: SQLSTATE 23505, as for `claim_batch`.

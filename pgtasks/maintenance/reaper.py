@@ -6,6 +6,7 @@ number of reapers may run at once (see `Reaper`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -77,6 +78,7 @@ class Reaper(Service):
             ``completer`` is not given.
         now: pinned time for every run (tests); None: the database clock.
         completer: the completer to write through (the worker passes its own).
+        on_reaped: called with each run's result (the worker's metrics count it).
     """
 
     name = "reaper"
@@ -90,6 +92,7 @@ class Reaper(Service):
         *,
         now: Now = None,
         completer: Completer | None = None,
+        on_reaped: Callable[[ReaperResult], None] | None = None,
     ) -> None:
         super().__init__(config.interval)
         self.completer = (
@@ -98,6 +101,7 @@ class Reaper(Service):
         self.workers = workers
         self.config = config
         self.now = now
+        self.on_reaped = on_reaped
 
     def run_once(self) -> ReaperResult:
         """Reap once; returns counts.
@@ -110,4 +114,7 @@ class Reaper(Service):
         )
         requeued = sum(1 for r in reaped if r.status == JobStatus.QUEUED)
         forgotten = self.workers.prune_expired(older_than=self.config.forget_workers_after, now=self.now)
-        return ReaperResult(requeued=requeued, failed=len(reaped) - requeued, workers_forgotten=forgotten)
+        result = ReaperResult(requeued=requeued, failed=len(reaped) - requeued, workers_forgotten=forgotten)
+        if self.on_reaped is not None and reaped:
+            self.on_reaped(result)
+        return result

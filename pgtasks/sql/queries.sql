@@ -363,13 +363,14 @@ claimed AS (
     WHERE j.id = o.id AND j.status = (SELECT 'queued'::text)
     RETURNING j.id, j.task_name, j.attempt, j.max_attempts, j.trigger, j.args, j.kwargs,
               j.queue, j.tenant, j.priority, j.headers, j.lock_key, j.unique_key,
-              j.schedule_name, j.scheduled_for, j.parent_id, j.correlation_id, o.claim_order
+              j.schedule_name, j.scheduled_for, j.parent_id, j.correlation_id, j.run_at, o.claim_order
 )
 -- Rows come back in the order they should start (UPDATE ... RETURNING has none), in the
--- order of pgtasks.context.CLAIM_COLUMNS (the worker reads them by position).
+-- order of pgtasks.context.CLAIM_COLUMNS (the worker reads them by position), then the
+-- job's run-at as Unix seconds (due: the worker's wait-time metric) and tenant_share.
 SELECT c.id, c.task_name, c.attempt, c.max_attempts, c.trigger, c.args, c.kwargs, c.queue,
        c.tenant, c.priority, c.headers, c.lock_key, c.unique_key, c.schedule_name,
-       c.scheduled_for, c.parent_id, c.correlation_id,
+       c.scheduled_for, c.parent_id, c.correlation_id, extract(epoch FROM c.run_at)::float8 AS due,
        (SELECT s.share FROM share s) AS tenant_share
 FROM claimed c
 ORDER BY c.claim_order;
@@ -414,12 +415,13 @@ claimed AS (
     WHERE j.id = o.id AND j.status = (SELECT 'queued'::text)
     RETURNING j.id, j.task_name, j.attempt, j.max_attempts, j.trigger, j.args, j.kwargs,
               j.queue, j.tenant, j.priority, j.headers, j.lock_key, j.unique_key,
-              j.schedule_name, j.scheduled_for, j.parent_id, j.correlation_id, o.claim_order
+              j.schedule_name, j.scheduled_for, j.parent_id, j.correlation_id, j.run_at, o.claim_order
 )
--- In the order of pgtasks.context.CLAIM_COLUMNS (the worker reads them by position).
+-- In the order of pgtasks.context.CLAIM_COLUMNS (the worker reads them by position), then
+-- due as job_claim_batch.
 SELECT c.id, c.task_name, c.attempt, c.max_attempts, c.trigger, c.args, c.kwargs, c.queue,
        c.tenant, c.priority, c.headers, c.lock_key, c.unique_key, c.schedule_name,
-       c.scheduled_for, c.parent_id, c.correlation_id
+       c.scheduled_for, c.parent_id, c.correlation_id, extract(epoch FROM c.run_at)::float8 AS due
 FROM claimed c
 ORDER BY c.claim_order;
 

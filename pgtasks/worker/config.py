@@ -65,6 +65,12 @@ class WorkerConfig:
         app_spec: ``module:attribute`` of the app, needed by the processes pool.
         plugins: plugin modules (``--plugin``) the processes pool's children
             register too (the worker's own app has them already).
+        metrics_port: serve the worker's Prometheus metrics on ``/metrics`` at this
+            TCP port (`pgtasks.worker.metrics`; 0: any free port); None (default):
+            no metrics, nothing is counted.
+        metrics_host: address to serve them on (default ``127.0.0.1``: this host only).
+        metrics_tenants: add a ``tenant`` label to the per-job metrics (one series
+            per tenant served; default False).
 
     Raises:
         ConfigurationError: a field of the wrong type or out of range, naming it and
@@ -94,6 +100,9 @@ class WorkerConfig:
     worker_id: str = field(default="")
     app_spec: str | None = None
     plugins: tuple[str, ...] = ()
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_tenants: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.queues, str) or not self.queues:
@@ -121,7 +130,10 @@ class WorkerConfig:
             check_text("hostname", self.hostname, max_bytes=MAX_HOSTNAME_BYTES)
         if self.worker_id:
             check_text("worker_id", self.worker_id)
-        for label in ("listen", "tenant_fair", "burst"):
+        if self.metrics_port is not None:
+            check_int("metrics_port", self.metrics_port, 0, 65535)
+        check_text("metrics_host", self.metrics_host, max_bytes=MAX_HOSTNAME_BYTES)
+        for label in ("listen", "tenant_fair", "burst", "metrics_tenants"):
             check_bool(label, getattr(self, label))
         if self.pool == "processes" and not self.app_spec:
             raise ConfigurationError("the processes pool needs the app's import path (-A module:app)")

@@ -33,6 +33,7 @@ class HeldJob:
 
     __slots__ = (
         "cancelled",
+        "due",
         "finished",
         "hard_limit_fired",
         "id",
@@ -65,6 +66,7 @@ class HeldJob:
         self.start_written = False  # the database has it (job_start, job_mark_started)
         self.soft_limit_fired = False
         self.hard_limit_fired = False
+        self.due: float | None = None  # its run-at, Unix seconds on the database clock
 
     def __repr__(self) -> str:
         return f"<HeldJob {self.id} started={self.started} finished={self.finished}>"

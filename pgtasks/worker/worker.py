@@ -41,7 +41,7 @@ from pgtasks.db.errors import masked_record
 from pgtasks.db.retention import RetentionStore
 from pgtasks.db.workers import worker_database
 from pgtasks.errors import DatabaseError, TimeLimitExceeded
-from pgtasks.maintenance import Reaper, ReaperConfig, Retention
+from pgtasks.maintenance import Reaper, ReaperConfig, ReaperResult, Retention
 from pgtasks.plugins import call_isolated
 from pgtasks.ports import Engine
 from pgtasks.redaction import Redactor
@@ -54,6 +54,7 @@ from pgtasks.worker.heartbeat import Heartbeat
 from pgtasks.worker.hints import WakeHints
 from pgtasks.worker.isolation import LOCK_RACE, distinct_keys, find_unclaimable, first_line
 from pgtasks.worker.listener import Listener
+from pgtasks.worker.metrics import WorkerMetrics
 from pgtasks.worker.outcome import cancelled_outcome, decide, unknown_task_outcome
 from pgtasks.worker.pool import HeldJob, ThreadPool, deliver_pending_exception
 from pgtasks.worker.routing import unrouted_queues_warning
@@ -78,7 +79,8 @@ CLAIM_RETRY_MAX = 1.0
 _TASK_NAME = CLAIM_COLUMNS.index("task_name")
 _TENANT = CLAIM_COLUMNS.index("tenant")
 _QUEUE = CLAIM_COLUMNS.index("queue")
-_SHARE = len(CLAIM_COLUMNS)  # job_claim_batch's tenant_share, after the claim columns
+_DUE = len(CLAIM_COLUMNS)  # the claims' run-at (Unix seconds), after the claim columns
+_SHARE = _DUE + 1  # job_claim_batch's tenant_share, after that
 
 
 def _level_name(level: int) -> str:
@@ -177,11 +179,21 @@ class Worker:
             clock=self._clock,
         )
         self._starts = StartRecorder(self._write_starts)
+        # Counters served on /metrics (--metrics-port); None: nothing is counted.
+        self.metrics: WorkerMetrics | None = None
+        if self.config.metrics_port is not None:
+            self.metrics = WorkerMetrics(
+                worker_id=self.id,
+                pool=self.config.pool,
+                tenants=self.config.metrics_tenants,
+                held=lambda: [h.started for h in self._held_jobs()],
+            )
         self._reaper = Reaper(
             self.jobs,
             self.workers,
             ReaperConfig(interval=self.config.reap_interval, lease_timeout=self.config.lease_timeout),
             completer=self._completer,
+            on_reaped=None if self.metrics is None else self._count_reaped,
         )
         # Finished jobs the app's retention policy no longer keeps (Settings.retention).
         policy = app.settings.retention
@@ -216,7 +228,21 @@ class Worker:
         if install_signal_handlers:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
-        self._register()
+        if self.metrics is not None:
+            assert self.config.metrics_port is not None
+            self.metrics.serve(self.config.metrics_host, self.config.metrics_port)
+            log.info(
+                "worker %s serves metrics on http://%s:%d/metrics",
+                self.id,
+                self.config.metrics_host,
+                self.metrics.port,
+            )
+        try:
+            self._register()
+        except BaseException:
+            if self.metrics is not None:
+                self.metrics.stop()
+            raise
         self._pool = self._make_pool()
         self._pool.start()
         self._completer.start()
@@ -413,7 +439,8 @@ class Worker:
         return len(rows)
 
     def _claim_batch(self, limit: int, start_tenant: str) -> list[tuple[Any, ...]]:
-        return self.jobs.claim_batch(
+        began = time.perf_counter()
+        rows = self.jobs.claim_batch(
             queues=self._queues,
             tasks=self._tasks,
             worker_id=self.id,
@@ -422,11 +449,17 @@ class Worker:
             max_tenants=self.config.max_tenants_per_claim,
             fair=self.config.tenant_fair,
         )
+        if self.metrics is not None:
+            self.metrics.claimed("batch", time.perf_counter() - began, len(rows))
+        return rows
 
     def _claim_named(self, ids: list[int]) -> int:
         """Claim jobs named by notifications (`WakeHints`), by primary key; returns how many."""
         try:
+            began = time.perf_counter()
             rows = self.jobs.claim_ids(ids=ids, queues=self._queues, tasks=self._tasks, worker_id=self.id)
+            if self.metrics is not None:
+                self.metrics.claimed("named", time.perf_counter() - began, len(rows))
         except DatabaseError as exc:
             if exc.sqlstate != LOCK_RACE and (exc.transient or not self._isolate_unclaimable(exc, ids)):
                 raise
@@ -481,6 +514,8 @@ class Worker:
         return wait
 
     def _on_listener_reconnected(self) -> None:
+        if self.metrics is not None:
+            self.metrics.listener_reconnected()
         # Notifications sent while the listener was down are lost: claim in full.
         self._hints.want_full()
         self._wake.set()
@@ -523,6 +558,7 @@ class Worker:
         task = self.app.tasks.get(row[_TASK_NAME])
         request = request_from_claim(row, self.id)
         held = HeldJob(task=task, request=request)
+        held.due = row[_DUE]
         if task is None:
             self._unknown_task(held)
             return
@@ -590,6 +626,11 @@ class Worker:
         here (the job is handed back).
         """
         assert held.task is not None and held.started_at is not None
+        metrics = self.metrics
+        if metrics is not None:
+            request = held.request
+            wait = None if held.due is None else self._clock.at(held.started_at) - held.due
+            metrics.job_started(request.task_name, request.queue, request.tenant, wait)
         if held.task.options.retry_on_worker_lost:
             return True
         try:
@@ -626,6 +667,8 @@ class Worker:
     def _finish(self, held: HeldJob, outcome: Success | Outcome) -> None:
         """Record how an attempt ended; called from the pool."""
         held.finished = True
+        if self.metrics is not None:
+            self._count_finished_metric(held, outcome)
         try:
             if isinstance(outcome, Success):
                 self._completer.add(
@@ -664,6 +707,23 @@ class Worker:
             limit = self.config.max_tasks_per_child
             if limit is not None and self.config.pool == "threads" and self.processed >= limit:
                 self.request_stop("max-tasks")
+
+    def _count_finished_metric(self, held: HeldJob, outcome: Success | Outcome) -> None:
+        """Count an attempt's end in the metrics (``--metrics-port`` only)."""
+        assert self.metrics is not None
+        request = held.request
+        runtime: float | None
+        if isinstance(outcome, Success):
+            name, runtime = "succeeded", outcome.runtime
+        else:
+            name = "retried" if outcome.status == JobStatus.QUEUED else str(outcome.status)
+            runtime = None if held.started_at is None else time.monotonic() - held.started_at
+        self.metrics.job_finished(request.task_name, request.queue, request.tenant, name, runtime)
+
+    def _count_reaped(self, result: ReaperResult) -> None:
+        """Count the jobs the reaper recovered in the metrics (``--metrics-port`` only)."""
+        if self.metrics is not None:
+            self.metrics.reaped(result.requeued, result.failed)
 
     def _masked(self, held: HeldJob, outcome: Outcome) -> Outcome:
         """``outcome`` with the job's own secrets masked in its error's message and
@@ -814,5 +874,7 @@ class Worker:
         except DatabaseError as exc:
             log.warning("could not unregister worker %s (%s); its lease will expire", self.id, exc)
         self.database.close()
+        if self.metrics is not None:
+            self.metrics.stop()
         self.stopped.set()
         log.info("worker %s stopped after %d jobs", self.id, self.processed)
