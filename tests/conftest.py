@@ -111,10 +111,20 @@ def conn(dsn: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
         yield connection
 
 
+# Processes started once per session or module, which start helpers of their own as they
+# go: the embedded PostgreSQL, and the Chromium of the dashboard's browser tests (a
+# renderer per page it opens, kept for reuse; chromedriver stops them all at the end).
+_LONG_LIVED = ("postgres", "chromium", "chrome", "chromedriver")
+
+
 def _is_leak(proc: psutil.Process) -> bool:
-    """A child left running, other than the embedded PostgreSQL (started once per session)."""
+    """A child left running, other than those of `_LONG_LIVED`."""
     try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE and proc.name() != "postgres"
+        return (
+            proc.is_running()
+            and proc.status() != psutil.STATUS_ZOMBIE
+            and not proc.name().startswith(_LONG_LIVED)
+        )
     except psutil.NoSuchProcess:
         return False
 

@@ -574,3 +574,5 @@ def test_now_is_shown_in_utc() -> None:
 
     berlin = dt.datetime(2026, 1, 1, 3, 0, tzinfo=dt.timezone(dt.timedelta(hours=1)))
     assert _when(berlin) == "2026-01-01 02:00:00 UTC"
+    assert _when("2026-01-01T03:00:00+01:00") == "2026-01-01 02:00:00 UTC"  # as a history stores it
+    assert _when("not a time") == "not a time"

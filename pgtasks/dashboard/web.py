@@ -52,9 +52,17 @@ def _when(value: object) -> str:
     """A time as ``YYYY-MM-DD HH:MM:SS UTC`` (ISO text from a history kept as is)."""
     if value is None or value == "":
         return ""
+    instant: dt.datetime
     if isinstance(value, dt.datetime):
-        return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return str(value)
+        instant = value
+    else:
+        try:
+            instant = dt.datetime.fromisoformat(str(value))
+        except ValueError:
+            return str(value)
+    if instant.tzinfo is None:
+        instant = instant.replace(tzinfo=dt.UTC)
+    return instant.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _seconds(value: float | None) -> str:
