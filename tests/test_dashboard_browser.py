@@ -87,9 +87,14 @@ class Site:
 
     def screenshot(self, name: str) -> None:
         self.driver.execute_script("window.scrollTo(0, 0)")
-        for directory in self.shots:
-            directory.mkdir(parents=True, exist_ok=True)
-            assert self.driver.save_screenshot(str(directory / f"dashboard-{name}.png"))
+        height = int(self.driver.execute_script("return document.documentElement.scrollHeight"))
+        self.driver.set_window_size(1366, min(max(height, 700), 2000))  # the whole page
+        try:
+            for directory in self.shots:
+                directory.mkdir(parents=True, exist_ok=True)
+                assert self.driver.save_screenshot(str(directory / f"dashboard-{name}.png"))
+        finally:
+            self.driver.set_window_size(1366, 900)
 
     def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
