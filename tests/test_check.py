@@ -133,7 +133,7 @@ def test_help_lists_every_exit_code() -> None:
 
 
 def test_a_server_that_does_not_listen_exits_10(tmp_path: Path) -> None:
-    dsn = f"postgresql://postgres:hunter22@127.0.0.1:{closed_port()}/nowhere?connect_timeout=3"
+    dsn = f"postgresql://postgres:hunter22@127.0.0.1:{closed_port()}/nowhere"
     code, document = run_json(dsn)
     assert code == 10 and document["status"] == "failed" and document["checked_at"] is None
     checks = by_name(document)

@@ -276,8 +276,8 @@ Exit codes (the first failed check, in this order):
   1   pgtasks error before checking (e.g. -A cannot be loaded); 2 usage error
 
 \b
-Kubernetes: a readiness probe may run it with --queue for the pod's queues;
-liveness of the database alone is exit code 10.
+A probe (Kubernetes exec, Nagios) fails on any non-zero code; --queue limits the
+queue checks to the queues it cares about.
 """
 
 
