@@ -576,3 +576,52 @@ def test_now_is_shown_in_utc() -> None:
     assert _when(berlin) == "2026-01-01 02:00:00 UTC"
     assert _when("2026-01-01T03:00:00+01:00") == "2026-01-01 02:00:00 UTC"  # as a history stores it
     assert _when("not a time") == "not a time"
+
+
+# -- row-level security --------------------------------------------------------------
+
+
+@pytest.fixture
+def web_role(admin_dsn: str) -> Iterator[str]:
+    """A login role of this test alone for the tenant-facing dashboard: not a superuser,
+    not in the fleet, granted with `pgtasks.isolation.grant_tenant_role` under the mode."""
+    role = f"pgtasks_dash_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as c:
+        c.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS").format(sql.Identifier(role)))
+    yield role
+    with psycopg.connect(admin_dsn, autocommit=True) as c:
+        c.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def test_under_row_level_security_a_tenant_dashboard_sees_its_rows_only(
+    web_role: str, dapp: pgtasks.App, conn: psycopg.Connection[Any], dsn: str
+) -> None:
+    from pgtasks import isolation
+
+    echo = dapp.tasks["dash.echo"]
+    mine = [echo.apply_async(args=(i,), tenant="acme").id for i in range(2)]
+    theirs = echo.apply_async(args=(9,), tenant="globex", queue="globex-only").id
+    dapp.schedules.sync()
+    owner = conn.execute("SELECT current_user").fetchone()
+    assert owner is not None
+    isolation.enable(dapp.stores, [str(owner[0])])
+    isolation.grant_tenant_role(dapp.stores, web_role)
+    params = conninfo_to_dict(dsn)
+    params["user"] = web_role
+    web = make_app(make_conninfo("", **params))
+    try:
+        tc = client(web, tenant="acme")
+        listed = {int(i) for i in re.findall(r'<tr data-job="(\d+)">', tc.get("/jobs").text)}
+        assert listed == set(mine)
+        assert tc.get(f"/jobs/{theirs}").status_code == 404
+        overview = tc.get("/").text
+        assert 'data-queue="default"' in overview and 'data-queue="globex-only"' not in overview
+        assert re.findall(r'<tr data-tenant="([^"]*)">', tc.get("/tenants").text) == ["acme"]
+        # The schedule API first writes the app's code-defined schedules, which this role
+        # may not: the page says so (and nothing of another tenant shows).
+        refused = tc.get("/schedules")
+        assert refused.status_code == 503 and "row-level security" in refused.text
+        # Without a tenant, this role's transactions name none: the database shows it nothing.
+        assert "No jobs yet." in client(web).get("/jobs").text
+    finally:
+        web.close()

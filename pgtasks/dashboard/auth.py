@@ -105,7 +105,7 @@ class Access:
 
     def log_out(self, response: Response, request: Request) -> None:
         """Drop the login cookie."""
-        response.delete_cookie(AUTH_COOKIE, path=self._path(request))
+        response.delete_cookie(AUTH_COOKIE, path=self.cookie_path(request))
 
     def may_act(self, request: Request, sid: str | None) -> bool:
         """Whether this request may act: the auth callback says so, or (with a token)
@@ -120,12 +120,13 @@ class Access:
         cookie = request.cookies.get(AUTH_COOKIE, "")
         return sid is not None and hmac.compare_digest(cookie, self._sign("auth", sid))
 
-    def _path(self, request: Request) -> str:
+    def cookie_path(self, request: Request) -> str:
+        """The path the dashboard's cookies are set for: where it is mounted."""
         root = request.scope.get("root_path", "") or ""
         return root.rstrip("/") + "/"
 
     def _cookie(self, response: Response, request: Request, name: str, value: str) -> None:
         secure = self.cookie_secure if self.cookie_secure is not None else request.url.scheme == "https"
         response.set_cookie(
-            name, value, httponly=True, samesite="strict", secure=secure, path=self._path(request)
+            name, value, httponly=True, samesite="strict", secure=secure, path=self.cookie_path(request)
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Final
 
@@ -156,7 +156,6 @@ class Dashboard:
     app: App
     read: App
     tenant: str | None = None
-    _checked: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.tenant is not None:

@@ -27,8 +27,16 @@ from starlette.templating import Jinja2Templates
 
 from pgtasks.dashboard.auth import CSRF_FIELD, Access, AuthCallback
 from pgtasks.dashboard.views import MAX_BULK, REQUEUED_BY, STATUSES, Dashboard, JobFilters, NotFound
-from pgtasks.errors import AlreadyQueued, ConfigurationError, InvalidSchedule, JobNotFound, RunAlreadyActive
+from pgtasks.errors import (
+    AlreadyQueued,
+    ConfigurationError,
+    DatabaseError,
+    InvalidSchedule,
+    JobNotFound,
+    RunAlreadyActive,
+)
 from pgtasks.loader import shown
+from pgtasks.redaction import redact_text
 
 if TYPE_CHECKING:
     from pgtasks.app import App
@@ -151,7 +159,7 @@ def create_app(
         if fresh:
             access.set_session(response, request, sid)
         if flash:
-            response.delete_cookie(_FLASH_COOKIE, path=access._path(request))
+            response.delete_cookie(_FLASH_COOKIE, path=access.cookie_path(request))
         return response
 
     def error(request: Request, status: int, message: str) -> Response:
@@ -233,7 +241,7 @@ def create_app(
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(
             _FLASH_COOKIE, urllib.parse.quote(message), httponly=True, samesite="strict",
-            path=access._path(request),
+            path=access.cookie_path(request),
         )  # fmt: skip
         return response
 
@@ -367,6 +375,11 @@ def create_app(
         assert isinstance(exc, HTTPException)
         return error(request, exc.status_code, exc.detail or "not found")
 
+    async def database_error(request: Request, exc: Exception) -> Response:
+        # E.g. a server that is down, or, under row-level security, a tenant's role
+        # that may not write the code-defined schedules the schedule API syncs first.
+        return error(request, 503, f"the database refused: {redact_text(str(exc))}")
+
     routes = [
         Route("/", overview, name="overview"),
         Route("/jobs", jobs, name="jobs"),
@@ -388,4 +401,5 @@ def create_app(
         Route("/logout", logout, methods=["POST"], name="logout"),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]  # fmt: skip
-    return Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+    handlers = {HTTPException: not_found, DatabaseError: database_error}
+    return Starlette(routes=routes, exception_handlers=handlers)

@@ -2,7 +2,8 @@
 
 Every statement reads; none writes, so the store can run on a replica's `Database`.
 A store made with a ``tenant`` passes it to every statement, which then counts and
-lists only that tenant's jobs (the dashboard's ``--tenant``); with None, every
+lists only that tenant's jobs (the dashboard's ``--tenant``), and runs each in a
+transaction of that tenant (`pgtasks.db.Database.scoped`); with None, every
 tenant's.
 """
 
@@ -80,7 +81,9 @@ class OverviewStore:
     """
 
     def __init__(self, database: Database, *, tenant: str | None = None) -> None:
-        self.database = database
+        # A tenant's statements also run in a transaction of that tenant, as those of a
+        # scoped `pgtasks.db.JobStore` do, so row-level security holds them to it too.
+        self.database = database if tenant is None else database.scoped(tenant)
         self.tenant = tenant
 
     def queue_depth(self, *, now: Now = None) -> list[QueueDepth]:
