@@ -348,6 +348,10 @@ def test_cancel_and_retry_through_the_login(dapp: pgtasks.App, conn: psycopg.Con
     assert status_of(conn, r.id) == "queued"
     row = conn.execute("SELECT attempts FROM pgtasks.jobs WHERE id = %s", (r.id,)).fetchone()
     assert row is not None and row[0][-1]["by"] == "dashboard"
+    # After logging out, the same session may no longer act.
+    assert tc.post("/logout", data={"csrf_token": form.group(1)}, follow_redirects=False).status_code == 303
+    refused = tc.post(f"/jobs/{r.id}/cancel", data={"csrf_token": form.group(1)})
+    assert refused.status_code == 403 and status_of(conn, r.id) == "queued"
 
 
 def test_cancel_of_a_finished_job_and_retry_of_a_running_one_change_nothing(
@@ -441,6 +445,10 @@ def test_auth_callback_decides_who_may_act(dapp: pgtasks.App, conn: psycopg.Conn
     assert ok.status_code == 200 and status_of(conn, r.id) == "cancelled"
     with pytest.raises(ConfigurationError):
         create_app(dapp, token=TOKEN, auth=admins)
+    with pytest.raises(ConfigurationError):
+        create_app(dapp, token="  ")
+    with pytest.raises(ConfigurationError):
+        create_app(dapp, refresh_seconds=-1)
 
 
 # -- tenants, mounting, replica ------------------------------------------------------

@@ -125,13 +125,15 @@ def create_app(
         refresh_seconds: how often the overview refreshes itself (0: never).
 
     Raises:
-        ConfigurationError: both ``token`` and ``auth``, an empty token, or a refused
-            tenant name.
+        ConfigurationError: both ``token`` and ``auth``, an empty token, a refused
+            tenant name, or ``refresh_seconds`` out of range.
     """
     if token is not None and auth is not None:
         raise ConfigurationError("give the dashboard a token or an auth callback, not both")
     if token is not None and not token.strip():
         raise ConfigurationError("the dashboard token is empty")
+    if type(refresh_seconds) is not int or not 0 <= refresh_seconds <= 86400:
+        raise ConfigurationError(f"refresh_seconds must be an int in 0..86400, got {refresh_seconds!r:.80}")
     access = Access(token=token, auth=auth, cookie_secure=cookie_secure)
     board = Dashboard(app=app, read=read_app or app, tenant=tenant)
     templates = Jinja2Templates(env=_environment())
