@@ -19,6 +19,12 @@ over that many threads, one call per job, each call its own commit:
   commit (the statement's ``notify`` flag on, the sender off): what an enqueue
   inside a caller's transaction does, and what every enqueue did before;
 * ``silent``: the same ``delay()`` with no wake-up at all (the sender off);
+* ``floor``: pgtasks' own single-job ``INSERT`` (the named query ``job_insert``, with
+  its ``RETURNING id`` and no wake-up) run by bare psycopg, one connection per
+  thread: what any client pays to write pgtasks' row, with none of pgtasks' Python
+  (no validation, serialisation, pool or wake-up). ``wakeup`` over ``floor`` is what
+  the library adds; ``floor`` over ``raw`` is what pgtasks' row and its indexes cost
+  against the reference's four columns and one partial index;
 * ``raw``: the raw-SQL reference's single-row ``INSERT`` (`benchmarks.systems.raw_system`)
   into its own table, one psycopg connection per thread.
 
@@ -29,8 +35,8 @@ from releasing all threads together to the last one's end, and for ``wakeup`` to
 the sender's last send. One connection LISTENs on pgtasks' channel throughout and
 drains what arrives, as an idle worker would; no worker claims. Tables are emptied
 before each measurement. Prints per producer count the median jobs/s of each
-variant, and the ratios wakeup / silent, wakeup / raw and in-commit / silent. It
-writes no report.
+variant, and the ratios wakeup / silent, wakeup / raw, in-commit / silent, floor /
+raw and wakeup / floor. It writes no report.
 """
 
 from __future__ import annotations
@@ -57,21 +63,41 @@ from benchmarks.systems.ops import run_threads
 from benchmarks.systems.raw_system import INSERT, SCHEMA
 from pgtasks.db import NewJob
 from pgtasks.settings import Settings
+from pgtasks.sql import QUERIES
 
 PRODUCERS = (1, 4, 16, 64)
 JOBS = 4_000
-VARIANTS = ("wakeup", "in-commit", "silent", "raw")
+VARIANTS = ("wakeup", "in-commit", "silent", "floor", "raw")
 QUEUE = "bench"
 TASK = "bench.producers.noop"
+# What `task.delay()` of the no-op task binds to ``job_insert`` (no wake-up).
+FLOOR_PARAMS = {
+    "task_name": TASK,
+    "queue": "bench",
+    "tenant": "",
+    "args": "[]",
+    "kwargs": "{}",
+    "headers": "{}",
+    "priority": 0,
+    "max_attempts": 4,
+    "retry_on_worker_lost": True,
+    "notify": False,
+}
 
 
 def measure(dsn: str, variant: str, producers: int, jobs: int) -> float:
     """Enqueue throughput (jobs/s) of ``variant`` with ``producers`` threads."""
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute("TRUNCATE pgtasks.jobs, bench_jobs")
-    if variant == "raw":
+    if variant in {"raw", "floor"}:
         conns = [psycopg.connect(dsn, autocommit=True) for _ in range(producers)]
         try:
+            if variant == "floor":
+                return run_threads(
+                    producers,
+                    jobs,
+                    lambda i: conns[i].execute(QUERIES["job_insert"], FLOOR_PARAMS).fetchone(),
+                )
             args = orjson.dumps({"k": "noop"}).decode()
             return run_threads(producers, jobs, lambda i: conns[i].execute(INSERT, (args,)))
         finally:
@@ -193,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f" wakeup/silent {medians['wakeup'] / medians['silent']:.2f}x"
             f" wakeup/raw {medians['wakeup'] / medians['raw']:.2f}x"
             f" in-commit/silent {medians['in-commit'] / medians['silent']:.2f}x"
+            f" floor/raw {medians['floor'] / medians['raw']:.2f}x"
+            f" wakeup/floor {medians['wakeup'] / medians['floor']:.2f}x"
         )
     return 0
 
