@@ -226,6 +226,12 @@ def site(admin_dsn: str, template_db: str, tmp_path_factory: pytest.TempPathFact
 def test_every_page_renders_what_the_database_holds(site: Site) -> None:
     site.get("/")
     assert site.driver.title.startswith("Overview")
+    # htmx (which refreshes the overview) comes from the package, and nothing from elsewhere.
+    assert site.driver.execute_script("return typeof htmx") == "object"
+    sources = site.driver.execute_script(
+        "return [...document.querySelectorAll('script[src], link[href]')].map(e => e.src || e.href)"
+    )
+    assert sources and all(str(u).startswith(site.url + "/static/") for u in sources)
     default = site.text('#queues tr[data-queue="default"]')
     assert "13" in default  # 12 echo jobs and the <script> one succeeded
     mail = site.driver.find_element(By.CSS_SELECTOR, '#queues tr[data-queue="mail"] td[data-status="failed"]')
