@@ -55,6 +55,20 @@ SLOW_HOOK_SECONDS: Final = 1.0
 _HOOK_PREFIX: Final = "pgtasks_"
 _PLUGIN_KEY: Final = re.compile(r"^[a-z][a-z0-9_]*$")
 
+#: The distribution of the built-in plugins: theirs may need an extra not installed.
+_OWN_DISTRIBUTION: Final = "pgtasks"
+#: The extra that installs a library a built-in plugin needs (its top-level module).
+EXTRA_OF_MODULE: Final = {
+    "PIL": "ocr",
+    "pypdfium2": "ocr",
+    "prometheus_client": "metrics",
+    "opentelemetry": "otel",
+    "starlette": "dashboard",
+    "jinja2": "dashboard",
+}
+# Built-in plugins already reported as skipped in this process: one log line each.
+_REPORTED_SKIPS: set[str] = set()
+
 
 class PluginManager(pluggy.PluginManager):
     """pluggy's manager with pgtasks' hook specs and strict registration.
@@ -72,6 +86,8 @@ class PluginManager(pluggy.PluginManager):
         super().__init__("pgtasks")
         self.add_hookspecs(hookspecs)
         self.entry_points: dict[int, EntryPointInfo] = {}
+        #: Built-in plugins not loaded because a library they need is missing: name -> why.
+        self.skipped: dict[str, str] = {}
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
         """pluggy's marker options, or default options for an unmarked ``pgtasks_*`` routine."""
@@ -163,6 +179,18 @@ def make_plugin_manager(*, load_entry_points: bool = True) -> PluginManager:
                 continue  # the same distribution seen twice on sys.path
             try:
                 plugin = ep.load()
+            except ModuleNotFoundError as exc:
+                reason = _missing_library(ep, exc)
+                if reason is None:
+                    raise ConfigurationError(
+                        f"plugin {ep.name!r} ({ep.value}) of the {ENTRY_POINT_GROUP!r} entry-point group "
+                        f"failed to load: {exc}"
+                    ) from exc
+                pm.skipped[ep.name] = reason
+                if ep.name not in _REPORTED_SKIPS:
+                    _REPORTED_SKIPS.add(ep.name)
+                    log.warning("built-in plugin %s skipped: %s", ep.name, reason)
+                continue
             except (ImportError, AttributeError) as exc:
                 raise ConfigurationError(
                     f"plugin {ep.name!r} ({ep.value}) of the {ENTRY_POINT_GROUP!r} entry-point group "
@@ -175,6 +203,21 @@ def make_plugin_manager(*, load_entry_points: bool = True) -> PluginManager:
             dist_label = f"{dist.metadata['Name']} {dist.version}" if dist is not None else "?"
             pm.entry_points[id(plugin)] = EntryPointInfo(ep.name, ep.value, dist_label)
     return pm
+
+
+def _missing_library(ep: importlib.metadata.EntryPoint, exc: ModuleNotFoundError) -> str | None:
+    """Why a built-in plugin could not load, when the cause is a library of an extra that
+    is not installed; None otherwise (a third-party plugin, or a module of the plugin's
+    own package missing: a broken install, which stays an error)."""
+    dist = ep.dist
+    if dist is None or dist.metadata["Name"] != _OWN_DISTRIBUTION or not exc.name:
+        return None
+    top = exc.name.partition(".")[0]
+    if top == ep.module.partition(".")[0] or top == "pgtasks":
+        return None
+    extra = EXTRA_OF_MODULE.get(top)
+    install = f"pip install 'pgtasks[{extra}]'" if extra else f"install {top}"
+    return f"it needs {top}, which is not installed ({install})"
 
 
 def load_module_plugin(pm: pluggy.PluginManager, dotted: str) -> object:

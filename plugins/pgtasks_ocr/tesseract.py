@@ -23,11 +23,12 @@ import os
 import re
 import shutil
 import subprocess
-from typing import Final
-
-from PIL import Image
+from typing import TYPE_CHECKING, Final
 
 from pgtasks.errors import PgtasksError, Reject
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 __all__ = [
     "DEFAULT_LANGUAGES",
