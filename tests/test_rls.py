@@ -28,6 +28,7 @@ from pgtasks import isolation
 from pgtasks.cli import cli
 from pgtasks.enqueue import COPY_THRESHOLD
 from pgtasks.errors import ConfigurationError, DatabaseError, JobNotFound
+from pgtasks.settings import Settings
 from pgtasks.states import JobStatus
 from pgtasks.worker import Worker, WorkerConfig
 
@@ -177,6 +178,51 @@ def test_the_tenant_handle_works_as_without_the_mode(setup: dict[str, Any]) -> N
     with pytest.raises(pgtasks.errors.AlreadyQueued) as refused:
         a.apply_async("t.work", (1,), unique_key="report")
     assert refused.value.job_id == -1
+
+
+def test_an_enqueue_by_a_handle_leaves_the_callers_transaction_to_its_own_tenant(
+    setup: dict[str, Any],
+) -> None:
+    """A handle's statements in the caller's transaction (``connection=``) say their
+    tenant for themselves only: afterwards the transaction is again the caller's (a
+    transaction of tenant a sees a's rows, not b's; one that named no tenant sees none)."""
+    web, dsn, roles = setup["web"], setup["dsn"], setup["roles"]
+    a, b = web.tenant(A), web.tenant(B)
+    with a.connection() as conn:
+        one = b.apply_async("t.work", (1,), connection=conn)  # one INSERT (pipelined)
+        assert _count_by_tenant(conn) == {A: JOBS}
+        many = b.bind("t.work").delay_many(range(COPY_THRESHOLD * 2), connection=conn)  # a block
+        assert _count_by_tenant(conn) == {A: JOBS}
+        assert conn.execute("SELECT current_setting('pgtasks.tenant')").fetchone() == (A,)
+    with psycopg.connect(_as_role(dsn, roles["web"])) as conn:  # a transaction of no tenant
+        b.apply_async("t.work", (2,), connection=conn)
+        b.bind("t.work").delay_many(range(3), connection=conn)
+        assert _count_by_tenant(conn) == {}
+    with psycopg.connect(dsn) as conn:
+        assert _count_by_tenant(conn) == {A: JOBS, B: JOBS + 1 + len(many) + 1 + 3}
+        assert conn.execute("SELECT tenant FROM pgtasks.jobs WHERE id = %s", (one.id,)).fetchone() == (B,)
+
+
+def test_a_setting_made_in_a_tenants_connection_does_not_reach_the_pools_next_user(
+    setup: dict[str, Any],
+) -> None:
+    """A session-level ``SET pgtasks.tenant`` in a tenant's connection (a mistake of
+    the caller's SQL) ends with the block: the pooled connection's next user that
+    names no tenant still sees nothing."""
+    web_dsn = _as_role(setup["dsn"], setup["roles"]["web"])
+    web = pgtasks.App("rls-pool", settings=Settings.from_env(web_dsn, pool_size=1), load_entry_points=False)
+    try:
+        with web.tenant(A).connection() as conn:
+            conn.execute(sql.SQL("SET pgtasks.tenant = {}").format(sql.Literal(B)))
+            pid = conn.info.backend_pid
+        with web.database.connection() as conn:
+            assert conn.info.backend_pid == pid  # the same pooled connection
+            assert _count_by_tenant(conn) == {}
+        assert web.list_jobs(limit=500) == []
+        with web.tenant(A).connection() as conn:
+            assert _count_by_tenant(conn) == {A: JOBS}
+    finally:
+        web.close()
 
 
 def test_the_fleet_sees_every_row_and_its_workers_run_every_tenants_jobs(setup: dict[str, Any]) -> None:

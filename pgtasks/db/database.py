@@ -31,7 +31,7 @@ import logging
 import select
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime
 from types import MappingProxyType
@@ -464,7 +464,9 @@ class Database:
             raise translate_error(exc) from exc
 
     @contextmanager
-    def _as_tenant(self, c: AnyConnection, *, pipeline: bool = True) -> Iterator[Callable[[], None]]:
+    def _as_tenant(
+        self, c: AnyConnection, *, pipeline: bool = True, pooled_block: bool = False
+    ) -> Iterator[Callable[[], None]]:
         """Prepare ``c`` for one statement of this view's tenant, or of the
         `tenant_context`'s: yields what to call after the statement, before reading
         its result (a no-op when there is no tenant).
@@ -476,21 +478,53 @@ class Database:
         trip, and commit together. ``pipeline=False`` (COPY, which a pipeline cannot
         carry, and `transaction`) runs it on its own, in an explicit transaction when
         ``c`` is an autocommit connection outside any.
+
+        In a transaction that goes on after the statement or block (the caller's,
+        ``connection=``), the tenant is the statement's alone: the transaction's own
+        (another tenant's, or none) is put back after it, in the same pipeline
+        (``tenant_scope_enter`` and ``tenant_scope_leave``), or after the block
+        (``tenant_scope_swap``); a statement that fails leaves the transaction
+        aborted, or rolled back to the block's savepoint, which undoes the setting
+        anyway. ``pooled_block`` (`transaction` on a pooled connection, which
+        ``TenantScope.connection`` hands to the caller's own SQL) resets a
+        session-level ``pgtasks.tenant`` at the end of the block instead, so the
+        pool's next user does not inherit it.
         """
         tenant = self.tenant if self.tenant is not None else _TENANT.get()
         if tenant is None:
             yield _nothing
             return
         params = {"tenant": tenant}
+        idle = c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         if pipeline:
+            if c.autocommit and idle:  # the pipeline's implicit transaction ends with it
+                with c.pipeline() as p:
+                    c.execute(QUERIES["tenant_scope"], params)
+                    yield p.sync
+                return
             with c.pipeline() as p:
-                c.execute(QUERIES["tenant_scope"], params)
-                yield p.sync
+                c.execute(QUERIES["tenant_scope_enter"], params)
+
+                def leave() -> None:
+                    c.execute(QUERIES["tenant_scope_leave"])
+                    p.sync()
+
+                yield leave
             return
-        own = c.autocommit and c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        with c.transaction() if own else nullcontext():
+        if c.autocommit and idle:
+            with c.transaction():
+                c.execute(QUERIES["tenant_scope"], params)
+                yield _nothing
+            return
+        if pooled_block:
             c.execute(QUERIES["tenant_scope"], params)
             yield _nothing
+            c.execute(QUERIES["tenant_scope_reset"])
+            return
+        row = c.execute(QUERIES["tenant_scope_swap"], params).fetchone()
+        assert row is not None
+        yield _nothing
+        c.execute(QUERIES["tenant_scope"], {"tenant": row[0]})
 
     def fetch_one(self, name: str, params: Params = None, *, conn: AnyConnection | None = None) -> Row | None:
         """Run a named query and return its first row, or None."""
@@ -562,7 +596,11 @@ class Database:
             ):
                 yield conn
                 return
-            with self.connection(conn) as c, c.transaction(), self._as_tenant(c, pipeline=False):
+            with (
+                self.connection(conn) as c,
+                c.transaction(),
+                self._as_tenant(c, pipeline=False, pooled_block=conn is None),
+            ):
                 yield c
         except psycopg.Error as exc:
             raise translate_error(exc) from exc

@@ -949,6 +949,30 @@ SELECT now() AS now;
 -- setting is gone when it ends, so a pooled connection carries nothing to its next user.
 SELECT set_config('pgtasks.tenant', %(tenant)s, true);
 
+-- name: tenant_scope_enter
+-- tenant_scope for one statement in a transaction that goes on after it (the caller's):
+-- keeps the transaction's own tenant aside first, for tenant_scope_leave to put back.
+WITH kept AS MATERIALIZED (
+    SELECT set_config('pgtasks.caller_tenant', coalesce(current_setting('pgtasks.tenant', true), ''), true)
+)
+SELECT set_config('pgtasks.tenant', %(tenant)s, true) FROM kept;
+
+-- name: tenant_scope_leave
+-- Gives the transaction back its own tenant, the one tenant_scope_enter kept aside.
+SELECT set_config('pgtasks.tenant', coalesce(current_setting('pgtasks.caller_tenant', true), ''), true);
+
+-- name: tenant_scope_swap
+-- tenant_scope for a block of statements in a transaction that goes on after it: returns
+-- the transaction's own tenant ('' for none), which tenant_scope puts back after the block.
+WITH kept AS MATERIALIZED (SELECT coalesce(current_setting('pgtasks.tenant', true), '') AS previous)
+SELECT kept.previous, set_config('pgtasks.tenant', %(tenant)s, true) AS tenant FROM kept;
+
+-- name: tenant_scope_reset
+-- At the end of a tenant's transaction on a pooled connection: undo a session-level
+-- SET pgtasks.tenant that the caller's own SQL made in it (NULL resets to the default),
+-- so that the connection's next user does not inherit it.
+SELECT set_config('pgtasks.tenant', NULL, false) AS tenant;
+
 -- ======================================================================
 -- Row-level security mode (pgtasks.isolation; functions of migration 0006)
 -- ======================================================================
