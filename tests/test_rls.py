@@ -303,6 +303,42 @@ def test_bad_roles_are_refused_and_change_nothing(app: pgtasks.App) -> None:
         isolation.grant_tenant_role(app.stores, "no such role")
 
 
+def test_a_role_that_may_not_grant_is_refused_not_told_it_granted(
+    setup: dict[str, Any], admin_dsn: str
+) -> None:
+    """PostgreSQL only warns when a role without the right to grant runs GRANT
+    ("no privileges were granted"): ``grant`` checks what the role got and refuses,
+    instead of reporting the tables as granted."""
+    other = f"pgtasks_other_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(other)))
+    try:
+        with pytest.raises(DatabaseError, match=r"may not grant.*pgtasks\.jobs") as refused:
+            isolation.grant_tenant_role(setup["web"].stores, other)
+        assert refused.value.sqlstate == "42501"
+        runner = CliRunner()
+        web_dsn = _as_role(setup["dsn"], setup["roles"]["web"])
+        result = runner.invoke(cli, ["--dsn", web_dsn, "rls", "grant", other])
+        assert result.exit_code == 1 and "granted" not in result.stdout
+        with psycopg.connect(setup["dsn"]) as conn:
+            rights = conn.execute(
+                "SELECT has_table_privilege(%s, 'pgtasks.jobs', 'SELECT'),"
+                " has_schema_privilege(%s, 'pgtasks', 'USAGE')",
+                (other, other),
+            ).fetchone()
+        assert rights == (False, False)
+        assert isolation.grant_tenant_role(setup["owner"].stores, other) == [
+            "pgtasks.jobs",
+            "pgtasks.schedules",
+            "pgtasks_index.entries",
+        ]
+    finally:
+        with psycopg.connect(setup["dsn"], autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(other)))
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(other)))
+
+
 def test_cli_status_enable_and_disable(dsn: str) -> None:
     runner = CliRunner()
     base = ["--dsn", dsn]

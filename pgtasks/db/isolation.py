@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pgtasks.db.database import Database
+from pgtasks.errors import DatabaseError
 
 __all__ = ["IsolationStore", "TableIsolation"]
 
@@ -63,9 +64,25 @@ class IsolationStore:
             return [r["table_name"] for r in self.database.fetch_all("rls_disable", conn=tx)]
 
     def grant_tenant_role(self, role: str) -> list[str]:
-        """Grant ``role`` what tenant handles need on every tenant table; returns their names."""
+        """Grant ``role`` what tenant handles need on every tenant table; returns their names.
+
+        Raises:
+            DatabaseError: (SQLSTATE ``42501``) the role still lacks some of it, naming
+                what: the current role may not grant it (PostgreSQL then only warns,
+                "no privileges were granted"). Nothing is changed.
+        """
         with self.database.transaction() as tx:
             rows = self.database.fetch_all("rls_grant_tenant_role", {"role": role}, conn=tx)
+            missing = [
+                r["object"]
+                for r in self.database.fetch_all("rls_tenant_role_missing", {"role": role}, conn=tx)
+            ]
+            if missing:
+                raise DatabaseError(
+                    f"the current role may not grant {role!r} what tenant handles need on "
+                    f"{', '.join(missing)}: run `pgtasks rls grant` as the tables' owner",
+                    sqlstate="42501",
+                )
             return [r["table_name"] for r in rows]
 
     def status(self) -> list[TableIsolation]:

@@ -991,6 +991,28 @@ SELECT t::text AS table_name FROM pgtasks.rls_disable() AS t;
 -- Grant a tenant-facing role what tenant handles need (the policies choose the rows).
 SELECT t::text AS table_name FROM pgtasks.rls_grant_tenant_role(%(role)s) AS t;
 
+-- name: rls_tenant_role_missing
+-- What a tenant-facing role lacks of what rls_grant_tenant_role gives (USAGE on the
+-- schemas and sequences, SELECT, INSERT and UPDATE on the tenant tables): a GRANT by a
+-- role that may not grant changes nothing and only warns, so the grant checks after it.
+SELECT n.nspname::text AS object
+FROM pg_catalog.pg_namespace n
+WHERE (n.nspname = 'pgtasks' OR n.nspname LIKE 'pgtasks\_%%')
+  AND NOT has_schema_privilege(%(role)s, n.oid, 'USAGE')
+UNION ALL
+SELECT c.oid::regclass::text
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE (n.nspname = 'pgtasks' OR n.nspname LIKE 'pgtasks\_%%')
+  AND CASE WHEN c.relkind = 'S' THEN NOT has_sequence_privilege(%(role)s, c.oid, 'USAGE') ELSE false END
+UNION ALL
+SELECT t::text
+FROM pgtasks.tenant_tables() AS t
+WHERE NOT (has_table_privilege(%(role)s, t, 'SELECT')
+           AND has_table_privilege(%(role)s, t, 'INSERT')
+           AND has_table_privilege(%(role)s, t, 'UPDATE'))
+ORDER BY 1;
+
 -- name: rls_status
 -- Each tenant table: whether the mode is on, and the roles of its fleet policy.
 SELECT t::text AS table_name,
