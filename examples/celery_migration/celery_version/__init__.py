@@ -1,0 +1,1 @@
+"""The Celery project (see `examples.celery_migration`)."""

@@ -1,0 +1,1 @@
+"""The project moved to pgtasks (see `examples.celery_migration`)."""
