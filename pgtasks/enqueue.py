@@ -307,7 +307,8 @@ class JobEnqueuer:
         jobs = stores.jobs
         with stores.database.transaction(conn) as tx:
             # None under row-level security, which refuses COPY: the INSERT then.
-            reserved = jobs.ids_reserve(n=len(rows), conn=tx) if plain and len(rows) >= COPY_THRESHOLD else None
+            bulk = plain and len(rows) >= COPY_THRESHOLD
+            reserved = jobs.ids_reserve(n=len(rows), conn=tx) if bulk else None
             if reserved is not None:
                 ids = reserved
                 jobs.copy_in(
