@@ -159,13 +159,16 @@ class JobEnqueuer:
         base: Mapping[str, Any],
         *,
         hooked: bool,
+        batch_index: int | None = None,
     ) -> _CallFields:
         """What one call adds to its validated options ``base``: the encoded arguments,
         the headers (a ``pgtasks_before_enqueue`` plugin may add to them) and the lock
         and unique keys (a task's key template is resolved against the arguments).
 
         ``base`` is `option_params` of (task, options); ``hooked`` says whether a plugin
-        implements ``pgtasks_before_enqueue`` (`_before_enqueue_hooked`; a batch asks once).
+        implements ``pgtasks_before_enqueue`` (`_before_enqueue_hooked`; a batch asks once);
+        ``batch_index`` is the call's 0-based position in a bulk enqueue (None for one job),
+        handed to the hook as the option of that name.
 
         Raises:
             ConfigurationError: the arguments do not fit the task's signature (unless
@@ -191,6 +194,7 @@ class JobEnqueuer:
                 "unique_key": unique_key,
                 "countdown": base["countdown"],
                 "eta": base["eta"],
+                "batch_index": batch_index,
             }
             self.plugin_manager.hook.pgtasks_before_enqueue(
                 task_name=task.name, options=resolved, headers=extra
@@ -294,7 +298,9 @@ class JobEnqueuer:
                 last = (task, options, base)
             args = call_args if type(call_args) is tuple else tuple(call_args)
             kwargs = call_kwargs if type(call_kwargs) is dict else dict(call_kwargs)
-            rows.append(self._call_fields(task, args, kwargs, options, base, hooked=hooked))
+            rows.append(
+                self._call_fields(task, args, kwargs, options, base, hooked=hooked, batch_index=len(rows))
+            )
             row_bases.append(base)
         if not rows:
             return []

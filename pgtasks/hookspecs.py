@@ -121,6 +121,11 @@ def pgtasks_before_enqueue(task_name: str, options: dict[str, Any], headers: dic
         task_name: the task's registered name.
         options: the resolved enqueue options (``queue``, ``priority``, ``tenant``,
             ``lock``, ``unique_key``, ``countdown``, ``eta``); read-only by convention.
+            An enqueue through a task or a tenant handle adds ``batch_index``: None
+            for one job, else the call's 0-based position in a bulk enqueue
+            (``delay_many``, ``bulk_apply``), whose jobs then reach
+            ``pgtasks_after_enqueue`` in one call; a schedule's run has no such key
+            (its ``pgtasks_after_enqueue`` comes after the scheduler's commit).
         headers: the job's headers dict, stored with the job; a plugin may add
             JSON-serialisable entries (e.g. a trace id). Mutate it in place.
     """

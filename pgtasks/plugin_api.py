@@ -19,6 +19,9 @@ Commands (``pgtasks_add_commands``):
     calls ``loader.get()`` for the app; `fail` prints a pgtasks error and exits 1;
     `shown` makes a value from the database safe to print (control characters as
     escapes).
+Secrets:
+    `redact_text` masks secrets in text a plugin sends elsewhere (a URL's password, a
+    sensitive ``name=value``), as pgtasks does in its own error records and logs.
 Tenants:
     `job_tenant` is the tenant a task may write data for: its job's own
     (``self.request.tenant``); a ``tenant=`` argument naming another fails the job
@@ -46,6 +49,7 @@ from pgtasks.hookspecs import hookimpl
 from pgtasks.loader import AppLoader, shown
 from pgtasks.plugins import PluginMigrations
 from pgtasks.ports import Engine, StoreProvider, TaskRegistry
+from pgtasks.redaction import redact_text
 from pgtasks.sql import load_queries, parse_queries
 from pgtasks.validation import short
 
@@ -69,6 +73,7 @@ __all__ = [
     "load_queries",
     "package_queries",
     "parse_queries",
+    "redact_text",
     "shown",
 ]
 
