@@ -221,6 +221,14 @@ def test_a_setting_made_in_a_tenants_connection_does_not_reach_the_pools_next_us
         assert web.list_jobs(limit=500) == []
         with web.tenant(A).connection() as conn:
             assert _count_by_tenant(conn) == {A: JOBS}
+        # A failed statement the caller swallowed: the block still ends quietly (PostgreSQL
+        # rolls the transaction back, the SET with it), as without the mode.
+        with web.tenant(A).connection() as conn:
+            conn.execute(sql.SQL("SET pgtasks.tenant = {}").format(sql.Literal(B)))
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                conn.execute("SELECT 1 / 0")
+        with web.database.connection() as conn:
+            assert _count_by_tenant(conn) == {}
     finally:
         web.close()
 

@@ -101,6 +101,11 @@ def _nothing() -> None:
     return None
 
 
+def _aborted(c: AnyConnection) -> bool:
+    """Whether ``c``'s transaction failed (PostgreSQL refuses every statement until it ends)."""
+    return c.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+
+
 def current_tenant() -> str | None:
     """The tenant of the innermost `tenant_context`, or None."""
     return _TENANT.get()
@@ -519,12 +524,14 @@ class Database:
         if pooled_block:
             c.execute(QUERIES["tenant_scope"], params)
             yield _nothing
-            c.execute(QUERIES["tenant_scope_reset"])
+            if not _aborted(c):  # an aborted transaction rolls back, its SET with it
+                c.execute(QUERIES["tenant_scope_reset"])
             return
         row = c.execute(QUERIES["tenant_scope_swap"], params).fetchone()
         assert row is not None
         yield _nothing
-        c.execute(QUERIES["tenant_scope"], {"tenant": row[0]})
+        if not _aborted(c):
+            c.execute(QUERIES["tenant_scope"], {"tenant": row[0]})
 
     def fetch_one(self, name: str, params: Params = None, *, conn: AnyConnection | None = None) -> Row | None:
         """Run a named query and return its first row, or None."""
