@@ -113,13 +113,17 @@ class RetentionStore:
     ) -> RetentionBatch:
         """Delete up to ``limit`` jobs the policy no longer keeps, oldest first, that
         finished at ``after`` or later (None: from the oldest), if no other batch runs
-        in the fleet now. ``rules.min_keep`` must not be None.
+        in the fleet now. ``rules.min_keep`` must not be None. One transaction of two
+        statements: ``retention_batch_settings`` (the plan, and no wait for the WAL
+        flush), then ``retention_delete_batch``.
 
         Raises:
             DatabaseError: the statement failed (nothing deleted).
         """
         params = {**rules.params(), "limit": limit, "after": after, "tenant": tenant, "now": now}
-        row = self.database.fetch_one("retention_delete_batch", params)
+        with self.database.transaction() as conn:
+            self.database.fetch_one("retention_batch_settings", conn=conn)
+            row = self.database.fetch_one("retention_delete_batch", params, conn=conn)
         assert row is not None  # an aggregate without GROUP BY returns one row
         return RetentionBatch(
             leader=bool(row["leader"]),
