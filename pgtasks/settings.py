@@ -41,6 +41,15 @@ MAX_RETENTION_RULES = 1000
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw]?)\s*$")
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY, "w": 7 * DAY}
 _FOREVER = ("forever", "never", "keep")
+# The variables of the policy's times and overrides, by field (named in full, so a
+# search for a variable finds where it is read).
+_STATUS_VARIABLES = {
+    "succeeded": "PGTASKS_RETENTION_SUCCEEDED",
+    "cancelled": "PGTASKS_RETENTION_CANCELLED",
+    "failed": "PGTASKS_RETENTION_FAILED",
+    "partial_failure": "PGTASKS_RETENTION_PARTIAL_FAILURE",
+}
+_OVERRIDE_VARIABLES = {"queues": "PGTASKS_RETENTION_QUEUES", "tasks": "PGTASKS_RETENTION_TASKS"}
 _OFF = {"0", "false", "no", "off"}
 _ON = {"1", "true", "yes", "on"}
 
@@ -203,12 +212,10 @@ class RetentionPolicy:
             if switch not in _ON | _OFF:
                 raise ConfigurationError(f"PGTASKS_RETENTION must be on or off, got {short(switch)}")
             values["enabled"] = switch in _ON
-        for status in RETENTION_STATUSES:
-            variable = f"PGTASKS_RETENTION_{status.upper()}"
+        for status, variable in _STATUS_VARIABLES.items():
             if environ.get(variable, "").strip():
                 values[status] = parse_duration(variable, environ[variable])
-        for label in ("queues", "tasks"):
-            variable = f"PGTASKS_RETENTION_{label.upper()}"
+        for label, variable in _OVERRIDE_VARIABLES.items():
             if environ.get(variable, "").strip():
                 values[label] = _parse_overrides(variable, environ[variable])
         interval = environ.get("PGTASKS_RETENTION_INTERVAL", "").strip()
