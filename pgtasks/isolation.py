@@ -25,10 +25,11 @@ created since it was enabled.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from pgtasks.db import Stores, TableIsolation
-from pgtasks.errors import ConfigurationError
+from pgtasks.errors import ConfigurationError, DatabaseError
 from pgtasks.validation import check_text
 
 __all__ = ["TableIsolation", "disable", "enable", "grant_tenant_role", "is_enabled", "refresh", "status"]
@@ -38,8 +39,38 @@ __all__ = ["TableIsolation", "disable", "enable", "grant_tenant_role", "is_enabl
 MAX_ROLE_BYTES = 63
 
 
+# SQLSTATEs of a database whose pgtasks schema is missing or older than migration 0006:
+# invalid_schema_name, undefined_function, undefined_table.
+_NOT_MIGRATED = frozenset({"3F000", "42883", "42P01"})
+
+
 def _role(value: object) -> str:
     return check_text("role", value, max_bytes=MAX_ROLE_BYTES)
+
+
+@contextmanager
+def _plain_errors() -> Iterator[None]:
+    """Say what a refusal of the mode's functions means, in PostgreSQL's own first
+    line: without the ``LINE``/``CONTEXT`` lines that locate it in pgtasks' SQL and
+    PL/pgSQL, and "run pgtasks migrate" when the schema lacks the mode's functions.
+
+    Raises:
+        DatabaseError: the same SQLSTATE and transience, the message so shortened.
+    """
+    try:
+        yield
+    except DatabaseError as exc:
+        if exc.sqlstate in _NOT_MIGRATED:
+            raise DatabaseError(
+                "row-level security mode needs pgtasks' schema up to migration "
+                "0006_row_level_security: run `pgtasks migrate` first",
+                sqlstate=exc.sqlstate,
+            ) from exc
+        diag = getattr(exc.__cause__, "diag", None)
+        primary = getattr(diag, "message_primary", None)
+        if not primary or primary == str(exc):
+            raise
+        raise DatabaseError(primary, sqlstate=exc.sqlstate, transient=exc.transient) from exc
 
 
 def enable(stores: Stores, fleet_roles: Iterable[str] | None = None) -> list[str]:
@@ -63,7 +94,8 @@ def enable(stores: Stores, fleet_roles: Iterable[str] | None = None) -> list[str
             (nothing changed: one transaction).
     """
     roles = [_role(r) for r in fleet_roles or ()]
-    return stores.isolation.enable(roles or None)
+    with _plain_errors():
+        return stores.isolation.enable(roles or None)
 
 
 def disable(stores: Stores) -> list[str]:
@@ -73,9 +105,11 @@ def disable(stores: Stores) -> list[str]:
         The tenant tables, qualified.
 
     Raises:
-        DatabaseError: the current role does not own a table (nothing changed).
+        DatabaseError: the current role does not own a table, or the schema is older
+            than migration 0006 (nothing changed).
     """
-    return stores.isolation.disable()
+    with _plain_errors():
+        return stores.isolation.disable()
 
 
 def grant_tenant_role(stores: Stores, role: str) -> list[str]:
@@ -88,14 +122,23 @@ def grant_tenant_role(stores: Stores, role: str) -> list[str]:
 
     Raises:
         ConfigurationError: a bad role name (nothing changed).
-        DatabaseError: the role does not exist, or the current role may not grant.
+        DatabaseError: the role does not exist, the current role may not grant, or
+            the schema is older than migration 0006 (nothing changed).
     """
-    return stores.isolation.grant_tenant_role(_role(role))
+    checked = _role(role)
+    with _plain_errors():
+        return stores.isolation.grant_tenant_role(checked)
 
 
 def status(stores: Stores) -> list[TableIsolation]:
-    """The mode's state on each tenant table."""
-    return stores.isolation.status()
+    """The mode's state on each tenant table.
+
+    Raises:
+        DatabaseError: the schema is older than migration 0006 (the message says to
+            run ``pgtasks migrate``), or the database failed.
+    """
+    with _plain_errors():
+        return stores.isolation.status()
 
 
 def is_enabled(states: Iterable[TableIsolation]) -> bool:

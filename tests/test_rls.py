@@ -307,8 +307,22 @@ def test_bad_roles_are_refused_and_change_nothing(app: pgtasks.App) -> None:
     with pytest.raises(DatabaseError, match="does not exist"):
         isolation.enable(app.stores, ["postgres", f"no_such_role_{uuid.uuid4().hex[:6]}"])
     assert not any(s.enabled for s in isolation.status(app.stores))  # one transaction: nothing half-done
-    with pytest.raises(DatabaseError, match="does not exist"):
+    with pytest.raises(DatabaseError, match="does not exist") as missing:
         isolation.grant_tenant_role(app.stores, "no such role")
+    assert str(missing.value) == 'role "no such role" does not exist'  # no PL/pgSQL context lines
+
+
+def test_the_mode_on_a_database_without_the_schema_says_to_migrate(empty_dsn: str) -> None:
+    bare = _app(empty_dsn, index=False)
+    try:
+        for call in (isolation.status, isolation.enable, isolation.disable):
+            with pytest.raises(DatabaseError, match=r"pgtasks migrate") as refused:
+                call(bare.stores)
+            assert "LINE" not in str(refused.value)
+        result = CliRunner().invoke(cli, ["--dsn", empty_dsn, "rls", "status"])
+        assert result.exit_code == 1 and "pgtasks migrate" in str(result.exception)
+    finally:
+        bare.close()
 
 
 def test_a_role_that_may_not_grant_is_refused_not_told_it_granted(
