@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -137,6 +138,29 @@ class App:
         """Send pending wake-ups and close the connections (they reopen on next use)."""
         if self._stores is not None:
             self._stores.close()
+
+    def use_database(self, dsn: str) -> None:
+        """Point the app at another database from now on (the testing kit points an
+        app at a fresh database per test this way).
+
+        The current connections are closed (pending wake-ups sent); the next use
+        opens connections to ``dsn``. Other settings are kept.
+
+        Args:
+            dsn: libpq DSN or URI of the database.
+
+        Raises:
+            ConfigurationError: ``dsn`` is empty or refused as `Settings` refuses one
+                (nothing changes then).
+        """
+        settings = replace(self.settings, dsn=dsn, dsn_source="argument")
+        with self._store_lock:
+            old, self._stores = self._stores, None
+            self.settings = settings
+        if old is not None:
+            old.close()
+        if "schedules" in self.__dict__:  # opened already: its code-defined schedules go there too
+            self.schedules.resync()
 
     # -- tasks ---------------------------------------------------------------------
 

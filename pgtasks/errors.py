@@ -265,7 +265,8 @@ class SoftTimeLimitExceeded(TimeLimitExceeded):
 
 
 class ResultTimeout(PgtasksError, TimeoutError):
-    """``AsyncResult.get(timeout=...)`` gave up waiting; the job is still unfinished."""
+    """``AsyncResult.get(timeout=...)`` gave up waiting; the job is still unfinished. Also
+    raised by `pgtasks.testing.run_until_idle` when its timeout runs out with jobs due."""
 
 
 class DatabaseError(PgtasksError):

@@ -588,6 +588,14 @@ class JobStore:
         }
         return len(self.database.fetch_tuples("job_mark_started", params))
 
+    def shift_run_at(self, *, seconds: float, ids: Sequence[int] | None = None) -> int:
+        """Bring queued jobs' run-at ``seconds`` earlier (negative: later), as if the
+        clock had moved on that far: every queued job, or only those of ``ids``.
+        What the testing kit's clock does (`pgtasks.testing.TestClock`); returns how
+        many jobs moved."""
+        params = {"seconds": seconds, "ids": None if ids is None else bigint_array_literal(ids)}
+        return len(self.database.fetch_all("job_shift_run_at", params))
+
     def release(self, *, ids: Sequence[int], worker_id: str) -> int:
         """Hand back claimed jobs that never started (attempt not used); returns how many."""
         return len(self.database.fetch_all("job_release", {"ids": list(ids), "worker_id": worker_id}))

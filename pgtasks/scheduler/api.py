@@ -236,6 +236,12 @@ class Schedules:
             self._synced = True
             return SyncResult(tuple(created), tuple(updated), tuple(unchanged))
 
+    def resync(self) -> None:
+        """Write the code-defined schedules again before the next call that reads the
+        database (`pgtasks.App.use_database` calls it: the new database lacks them)."""
+        with self._lock:
+            self._synced = False
+
     def _ensure_synced(self) -> None:
         """Sync once per process before the first database call; a refused code
         definition is logged (an explicit `sync` raises it) so the API stays usable."""

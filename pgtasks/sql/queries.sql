@@ -646,6 +646,14 @@ SET status = 'queued', attempt = attempt - 1, worker_id = NULL, started_at = NUL
 WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s
 RETURNING id;
 
+-- name: job_shift_run_at
+-- Test clock (pgtasks.testing): bring queued jobs' run-at %(seconds)s seconds earlier, as if
+-- the clock had moved on that far; every queued job, or only those of %(ids)s unless NULL.
+UPDATE pgtasks.jobs
+SET run_at = run_at - make_interval(secs => %(seconds)s::float8)
+WHERE status = 'queued' AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+RETURNING id;
+
 -- name: job_release
 -- Hand claimed-but-unstarted jobs back to the queue at once, attempt not used (graceful shutdown).
 UPDATE pgtasks.jobs
