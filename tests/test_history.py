@@ -3,8 +3,9 @@ requeue recorded with who asked and when, a fresh budget of attempts per requeue
 stale error on a job that succeeded, a requeue refused (not half-done) when another
 job holds the unique key, and histories written before migration 0005 renumbered.
 
-The attempts are run by a real in-process worker (threads pool, ``--burst``); the
-tasks count the attempts they see themselves, independently of pgtasks' bookkeeping.
+The attempts are run by the testing kit's `run_until_idle` (a real burst worker in this
+thread), on the kit's database per test; the tasks count the attempts they see
+themselves, independently of pgtasks' bookkeeping.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -28,7 +28,7 @@ from pgtasks.errors import AlreadyQueued, ConfigurationError
 from pgtasks.migrate import Migration, apply_each, migrations
 from pgtasks.records import Attempt, Requeue
 from pgtasks.states import JobStatus
-from pgtasks.worker import Worker, WorkerConfig
+from pgtasks.testing import RunSummary, run_until_idle
 
 FLAKY_RETRIES = 1  # two attempts per round
 
@@ -37,8 +37,8 @@ class HistoryApp:
     """An app whose ``h.flaky`` fails until healed and ``h.once`` fails its first attempt
     only; ``seen`` holds (job id, ``self.request.attempt``) of every attempt they start."""
 
-    def __init__(self, dsn: str) -> None:
-        self.app = pgtasks.App("history-tests", dsn=dsn, load_entry_points=False)
+    def __init__(self, app: pgtasks.App) -> None:
+        self.app = app
         self.healed = False
         self.seen: list[tuple[int | None, int]] = []
 
@@ -64,20 +64,19 @@ class HistoryApp:
                 raise ValueError("the first attempt fails")
             return "ok"
 
-    def drain(self) -> None:
-        """Run a burst worker in this thread until no due job is left."""
-        worker = Worker(self.app, WorkerConfig(concurrency=1, burst=True, poll_interval=0.05))
-        assert worker.run(install_signal_handlers=False) == 0
+    def drain(self) -> RunSummary:
+        """Run the due jobs in this thread until none is left; how their attempts ended."""
+        summary = run_until_idle(self.app)
+        assert summary.idle
+        return summary
 
     def attempts_seen(self, job_id: int) -> list[int]:
         return [n for j, n in self.seen if j == job_id]
 
 
 @pytest.fixture
-def h(dsn: str) -> Iterator[HistoryApp]:
-    happ = HistoryApp(dsn)
-    yield happ
-    happ.app.close()
+def h(pgtasks_app: pgtasks.App) -> HistoryApp:
+    return HistoryApp(pgtasks_app)
 
 
 def timeline(job: pgtasks.Job) -> list[tuple[Any, ...]]:
@@ -122,7 +121,13 @@ def cells(out: str) -> list[list[str]]:
 
 def test_a_requeued_job_that_succeeds_shows_every_attempt_numbered_on(h: HistoryApp) -> None:
     job_id = h.app.tasks["h.flaky"].delay().id
-    h.drain()
+    assert h.drain().counts == {
+        "succeeded": 0,
+        "retried": 1,
+        "failed": 1,
+        "cancelled": 0,
+        "partial_failure": 0,
+    }
     assert h.app.get_job(job_id).status is JobStatus.FAILED
 
     assert h.app.requeue(job_id, by="ops:alice") is True
@@ -132,7 +137,7 @@ def test_a_requeued_job_that_succeeds_shows_every_attempt_numbered_on(h: History
     assert (queued.status, queued.attempt_number) == (JobStatus.QUEUED, 2)
 
     h.healed = True
-    h.drain()
+    assert h.drain().succeeded == 1
     job = h.app.get_job(job_id)
     assert job.status is JobStatus.SUCCEEDED
     assert timeline(job) == [
@@ -146,7 +151,9 @@ def test_a_requeued_job_that_succeeds_shows_every_attempt_numbered_on(h: History
     assert h.attempts_seen(job_id) == [1, 2, 1]
 
 
-def test_each_requeue_grants_a_fresh_budget_and_the_cli_records_its_user(h: HistoryApp, dsn: str) -> None:
+def test_each_requeue_grants_a_fresh_budget_and_the_cli_records_its_user(
+    h: HistoryApp, pgtasks_dsn: str
+) -> None:
     job_id = h.app.tasks["h.flaky"].delay().id
     h.drain()
     h.app.requeue(job_id)  # by the API, no actor given
@@ -155,7 +162,7 @@ def test_each_requeue_grants_a_fresh_budget_and_the_cli_records_its_user(h: Hist
     assert (job.status, job.attempt, job.max_attempts) == (JobStatus.FAILED, 2, FLAKY_RETRIES + 1)
     assert h.attempts_seen(job_id) == [1, 2, 1, 2]  # max_retries=1 again after the requeue
 
-    assert f"job {job_id}: requeued" in run_cli(dsn, "jobs", "retry", str(job_id))
+    assert f"job {job_id}: requeued" in run_cli(pgtasks_dsn, "jobs", "retry", str(job_id))
     h.drain()
     job = h.app.get_job(job_id)
     assert timeline(job) == [
@@ -170,7 +177,7 @@ def test_each_requeue_grants_a_fresh_budget_and_the_cli_records_its_user(h: Hist
     ]
     assert job.error is not None and job.error["message"] == "attempt 2 fails"  # the last attempt's
 
-    rows = cells(run_cli(dsn, "jobs", "show", str(job_id)))
+    rows = cells(run_cli(pgtasks_dsn, "jobs", "show", str(job_id)))
     history = [r for r in rows if len(r) == 7]  # attempt, trigger, worker, started, finished, outcome, error
     assert [(r[0], r[1], r[5], r[6]) for r in history] == [
         ("1", "api", "retry", "attempt 1 fails"),
@@ -224,9 +231,10 @@ def test_a_lost_attempt_after_a_requeue_is_numbered_on(h: HistoryApp) -> None:
 # -- the current error is the last attempt's ----------------------------------------------------
 
 
-def test_a_job_that_succeeds_after_a_retry_has_no_error(h: HistoryApp, dsn: str) -> None:
+def test_a_job_that_succeeds_after_a_retry_has_no_error(h: HistoryApp, pgtasks_dsn: str) -> None:
     result = h.app.tasks["h.once"].delay()
-    h.drain()
+    summary = h.drain()
+    assert (summary.retried, summary.succeeded, summary.failures) == (1, 1, ())
     job = h.app.get_job(result.id)
     assert (job.status, job.attempt) == (JobStatus.SUCCEEDED, 2)
     assert job.error is None
@@ -236,9 +244,9 @@ def test_a_job_that_succeeds_after_a_retry_has_no_error(h: HistoryApp, dsn: str)
     first = job.history()[0]
     assert isinstance(first, Attempt) and first.error is not None and "Traceback" in first.error["traceback"]
 
-    (row,) = [r for r in cells(run_cli(dsn, "jobs", "list")) if r[0] == str(result.id)]
+    (row,) = [r for r in cells(run_cli(pgtasks_dsn, "jobs", "list")) if r[0] == str(result.id)]
     assert (row[4], row[-1]) == ("succeeded", "")  # status, and no error code
-    rows = cells(run_cli(dsn, "jobs", "show", str(result.id)))
+    rows = cells(run_cli(pgtasks_dsn, "jobs", "show", str(result.id)))
     assert [r for r in rows if r[0] == "error"] == []
     assert ["1", "api", "retry", "the first attempt fails"] in [
         [r[0], r[1], r[5], r[6]] for r in rows if len(r) == 7
