@@ -324,6 +324,21 @@ def test_eager_failures_show_in_the_result_not_at_the_call(pgtasks_eager: pgtask
         r.get(timeout=0.5)
 
 
+def test_eager_keeps_the_tenant_of_a_tenant_handle(pgtasks_eager: pgtasks.App) -> None:
+    seen: list[str] = []
+
+    @pgtasks_eager.task(name="kit.whose", bind=True)
+    def whose(task: pgtasks.TaskContext) -> str:
+        seen.append(task.request.tenant)
+        return task.request.tenant
+
+    acme = pgtasks_eager.tenant("acme")
+    r = acme.send_task("kit.whose")
+    assert seen == ["acme"] and r.get(timeout=0.5) == "acme"
+    assert acme.AsyncResult(r.id).status == "succeeded"
+    assert pgtasks_eager.get_job(r.id).tenant == "acme"
+
+
 def test_eager_leaves_transactional_and_future_jobs_queued(
     pgtasks_app: pgtasks.App, pgtasks_dsn: str
 ) -> None:
