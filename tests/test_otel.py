@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -301,3 +302,54 @@ def test_the_trace_context_crosses_into_a_worker_process(
             {"name": "exception", "timestamp": failed["events"][0]["timestamp"],
              "attributes": {"exception.type": "ConnectionError"}}
         ]  # fmt: skip
+
+
+def test_a_schedule_run_carries_the_trace_context_of_its_own_producer_span(
+    otel_app: pgtasks.App, exporter: InMemorySpanExporter
+) -> None:
+    otel_app.schedules.create("nightly", "otel.double", "@daily", args=(8,))
+    run = otel_app.schedules.trigger("nightly")
+    (producer,) = exporter.get_finished_spans()  # ended as the run was made: its id comes later
+    assert producer.kind is SpanKind.PRODUCER
+    assert "messaging.message.id" not in (producer.attributes or {})
+    assert otel_app.get_job(run.id).headers["traceparent"] == traceparent(producer)
+    run_worker(otel_app)
+    (consumer,) = of_kind(exporter.get_finished_spans(), SpanKind.CONSUMER)
+    assert consumer.parent is not None and producer.context is not None
+    assert consumer.parent.span_id == producer.context.span_id
+    assert (consumer.attributes or {})["pgtasks.job.trigger"] == "manual"
+
+
+def test_without_opentelemetry_the_plugin_is_skipped_and_apps_work(dsn: str) -> None:
+    """The entry point's import fails on the missing library: pgtasks skips the plugin
+    (one log line naming the extra) and the other built-in plugins load as usual."""
+    blocker = textwrap.dedent(
+        """
+        import importlib.abc, json, sys
+        class NotInstalled(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name.partition(".")[0] == "opentelemetry":
+                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+                return None
+        sys.meta_path.insert(0, NotInstalled())
+        import pgtasks
+        app = pgtasks.App("lean", load_entry_points=True)
+        result = app.get_task("pgtasks.index") is not None
+        print(json.dumps({"skipped": app.plugin_manager.skipped, "index": result}))
+        app.close()
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", blocker],
+        env={**os.environ, "PGTASKS_DSN": dsn},
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {
+        "skipped": {
+            "pgtasks_otel": "it needs opentelemetry, which is not installed (pip install 'pgtasks[otel]')"
+        },
+        "index": True,
+    }
+    assert done.stderr.count("built-in plugin pgtasks_otel skipped") == 1, done.stderr
