@@ -20,7 +20,9 @@ Fixtures (every name starts with ``pgtasks_``):
 * ``pgtasks_eager``: the app, with jobs run as soon as they are enqueued
   (`pgtasks.testing.eager`) during the test.
 
-This module imports nothing of pgtasks until a fixture is used.
+Loading this module imports the ``pgtasks`` package (as ``import pgtasks`` does);
+the worker, the scheduler and the embedded server are imported by the fixtures
+and functions that use them.
 """
 
 from __future__ import annotations
