@@ -361,6 +361,29 @@ def test_a_role_that_may_not_grant_is_refused_not_told_it_granted(
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(other)))
 
 
+def test_cli_status_json_shows_a_role_name_that_could_act_on_a_terminal_as_escapes(
+    dsn: str, admin_dsn: str
+) -> None:
+    """A fleet role's name is any text a superuser chose: ``rls status --json`` writes
+    its bidi override and C1 control as ``\\u`` escapes, as every ``--json`` does."""
+    role = f"pgtasks_\u202eevil\x9b31m_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+    app = _app(dsn, index=False)
+    try:
+        isolation.enable(app.stores, [role])
+        result = CliRunner().invoke(cli, ["--dsn", dsn, "rls", "status", "--json"])
+        assert result.exit_code == 0, result.output
+        assert "\u202e" not in result.stdout and "\x9b" not in result.stdout
+        assert "\\u202e" in result.stdout and "\\u009b" in result.stdout
+        assert {r["table"]: r["fleet_roles"] for r in orjson.loads(result.stdout)}["pgtasks.jobs"] == [role]
+    finally:
+        isolation.disable(app.stores)
+        app.close()
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
 def test_cli_status_enable_and_disable(dsn: str) -> None:
     runner = CliRunner()
     base = ["--dsn", dsn]

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import click
-import orjson
 
 from pgtasks import isolation
 from pgtasks.cli.common import AppLoader, confirm, confirm_options, new_console, new_table, shown
+from pgtasks.cli.jsonout import echo_json
 
 __all__ = ["rls_group"]
 
@@ -76,7 +76,7 @@ def status_command(loader: AppLoader, as_json: bool) -> None:
             }
             for s in states
         ]
-        click.echo(orjson.dumps(rows).decode())
+        echo_json(rows)  # a role's name may hold what acts on a terminal: written as \u escapes
     else:
         table = new_table("table", "row-level security", "fleet roles")
         for s in states:
