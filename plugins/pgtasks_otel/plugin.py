@@ -41,7 +41,16 @@ from importlib import metadata
 from typing import Any, Final
 
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+from opentelemetry.trace import (
+    NoOpTracerProvider,
+    ProxyTracerProvider,
+    Span,
+    SpanKind,
+    Status,
+    StatusCode,
+    Tracer,
+    TracerProvider,
+)
 
 from pgtasks.context import TaskContext
 from pgtasks.errors import ConfigurationError
@@ -141,6 +150,15 @@ def current_config() -> OtelConfig:
     return _config
 
 
+def _tracing(config: OtelConfig) -> bool:
+    """Whether spans can be recorded: a provider was configured here, or OpenTelemetry's
+    global one is set and is not the no-op provider. When not, the hooks return before
+    reading headers or making attributes (a job then costs pluggy's wrapper call alone)."""
+    if config.tracer_provider is not None:
+        return True
+    return not isinstance(trace.get_tracer_provider(), ProxyTracerProvider | NoOpTracerProvider)
+
+
 # -- enqueue ---------------------------------------------------------------------------
 
 
@@ -178,8 +196,11 @@ def pgtasks_before_enqueue(task_name: str, options: dict[str, Any], headers: dic
             return
     # A span left here by an enqueue that failed after this hook is dropped, unended:
     # nothing was written for it, and an unended span is never exported.
-    _producer.set(None)
+    if _producer.get() is not None:
+        _producer.set(None)
     config = _config
+    if not _tracing(config):
+        return
     queue = options["queue"]
     attributes: dict[str, Any] = {
         "messaging.system": SYSTEM,
@@ -242,6 +263,8 @@ def pgtasks_worker_started(worker_id: str, queues: list[str], concurrency: int) 
 def pgtasks_execute_job(context: TaskContext) -> Generator[None, Any, Any]:
     """Run the task inside a CONSUMER span, child of the trace context in the job's headers."""
     config = _config
+    if not _tracing(config):
+        return (yield)
     request = context.request
     headers: Mapping[str, Any] = request.headers
     parent = propagate.extract(headers) if "traceparent" in headers else None
