@@ -353,3 +353,17 @@ def test_without_opentelemetry_the_plugin_is_skipped_and_apps_work(dsn: str) -> 
         "index": True,
     }
     assert done.stderr.count("built-in plugin pgtasks_otel skipped") == 1, done.stderr
+
+
+def test_a_job_whose_trace_headers_are_not_text_runs_in_a_trace_of_its_own(
+    otel_app: pgtasks.App, exporter: InMemorySpanExporter
+) -> None:
+    provider = pgtasks_otel.current_config().tracer_provider
+    pgtasks_otel.configure()  # enqueued untraced: the headers stay as given
+    result = otel_app.get_task("otel.double").apply_async((6,), headers={"traceparent": 7, "tracestate": [1]})
+    pgtasks_otel.configure(tracer_provider=provider)
+    run_worker(otel_app)
+    assert result.get(timeout=10) == 12
+    (consumer,) = exporter.get_finished_spans()
+    assert consumer.kind is SpanKind.CONSUMER and consumer.parent is None
+    assert [e.name for e in consumer.events] == ["pgtasks.job.succeeded"]

@@ -266,8 +266,9 @@ def pgtasks_execute_job(context: TaskContext) -> Generator[None, Any, Any]:
     if not _tracing(config):
         return (yield)
     request = context.request
-    headers: Mapping[str, Any] = request.headers
-    parent = propagate.extract(headers) if "traceparent" in headers else None
+    # Headers hold any JSON a plugin added; propagators read text, so only text is given.
+    carrier = {k: v for k, v in request.headers.items() if isinstance(v, str)}
+    parent = propagate.extract(carrier) if carrier else None
     attributes: dict[str, Any] = {
         "messaging.system": SYSTEM,
         "messaging.operation.type": "process",
