@@ -56,6 +56,10 @@ class App:
         ConfigurationError: conflicting arguments or a broken plugin.
     """
 
+    #: What writes the app's jobs; a subclass may give its own `JobEnqueuer` (the
+    #: Django integration's joins Django's transaction when no connection is given).
+    enqueuer_class: type[JobEnqueuer] = JobEnqueuer
+
     def __init__(
         self,
         name: str = "pgtasks",
@@ -75,7 +79,7 @@ class App:
         autoload = self.settings.load_entry_points if load_entry_points is None else load_entry_points
         self.plugin_manager: pluggy.PluginManager = make_plugin_manager(load_entry_points=autoload)
         self.plugin_manager.register(CoreExecution(), name="pgtasks.core")
-        self.enqueuer = JobEnqueuer(self, self.plugin_manager)
+        self.enqueuer = self.enqueuer_class(self, self.plugin_manager)
         for plugin in plugins:
             self.plugin_manager.register(plugin)
         self.plugin_manager.hook.pgtasks_register_tasks.call_historic(kwargs={"app": self})

@@ -32,7 +32,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pgtasks"
 
 # The application and its shell: these may import the App (paths relative to pgtasks/).
 SHELL_FILES = frozenset({"__init__.py", "__main__.py", "app.py", "loader.py"})
-SHELL_DIRS = frozenset({"cli", "dashboard", "testing"})
+SHELL_DIRS = frozenset({"cli", "contrib", "dashboard", "testing"})
 
 # The engine's packages and modules, imported in a fresh interpreter.
 ENGINE_MODULES = (
