@@ -397,3 +397,39 @@ def test_the_plugin_finds_a_failing_user_test(pytester: pytest.Pytester) -> None
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*assert 1 == 2*"])
+
+
+SERVER_CHECK = """
+def test_server(pgtasks_app, pgtasks_server_dsn):
+    import psycopg
+
+    with psycopg.connect(pgtasks_server_dsn) as conn:
+        data = conn.execute("SHOW data_directory").fetchone()[0]
+    print(f"SERVER DATA {data}")
+    assert pgtasks_app.queue_stats() == []
+"""
+
+
+def test_the_dsn_option_wins_over_the_environment(
+    pytester: pytest.Pytester, pgtasks_server_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_server=SERVER_CHECK)
+    monkeypatch.setenv("PGTASKS_TEST_DSN", "postgresql://nobody@127.0.0.1:1/none")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-q", "-s", "--pgtasks-dsn", pgtasks_server_dsn
+    )
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.embedded
+def test_without_a_dsn_the_embedded_server_is_used(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_server=SERVER_CHECK)
+    monkeypatch.delenv("PGTASKS_TEST_DSN", raising=False)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-s")
+    result.assert_outcomes(passed=1)
+    # A server of its own, in a temporary directory of the kit's, stopped at the end.
+    (data,) = re.findall(r"SERVER DATA (\S+)", result.stdout.str())
+    assert "pgtasks-kit-embedded-" in data
+    assert not Path(data).exists()
