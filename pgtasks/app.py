@@ -281,6 +281,15 @@ class App:
         """
         return self.enqueuer.enqueue(task, args, kwargs, options)
 
+    async def enqueue_async(
+        self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]
+    ) -> AsyncResult:
+        """Write one job from asyncio code; what `Task.apply_async_async` does (see there).
+
+        Delegates to the app's `pgtasks.enqueue.JobEnqueuer` (``app.enqueuer``).
+        """
+        return await self.enqueuer.enqueue_async(task, args, kwargs, options)
+
     def bulk_apply(self, signatures: Iterable[Signature], *, connection: Any = None) -> list[AsyncResult]:
         """Enqueue many calls in one round trip (COPY for plain batches, one INSERT otherwise).
 

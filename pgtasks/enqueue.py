@@ -6,6 +6,11 @@ serialises (`pgtasks.serialization`) and writes through `pgtasks.db.JobStore`,
 then tells plugins (``pgtasks_before_enqueue``, ``pgtasks_after_enqueue``). It
 never climbs back into the application object.
 
+The asyncio enqueue (`JobEnqueuer.enqueue_async`, what `Task.apply_async_async`
+calls) builds the job by the same code (`JobEnqueuer.new_job`) and, given the
+caller's ``psycopg.AsyncConnection``, writes it through the same named queries on
+that connection, in the caller's transaction, without leaving the event loop.
+
 Bulk enqueue validates each distinct (task, options) pair once and adds no
 per-job work beyond encoding the arguments: plain batches of at least
 `COPY_THRESHOLD` jobs are streamed through COPY, others go as one multi-row
@@ -15,12 +20,13 @@ after it (see `pgtasks.db.wakeups`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
 
-from pgtasks.db import AnyConnection, NewJob
+from pgtasks.db import AnyAsyncConnection, AnyConnection, NewJob
 from pgtasks.errors import ConfigurationError
 from pgtasks.plugins import call_isolated
 from pgtasks.result import AsyncResult
@@ -43,7 +49,7 @@ if TYPE_CHECKING:
     from pgtasks.ports import ResultSource
     from pgtasks.task import Signature, Task
 
-__all__ = ["COPY_THRESHOLD", "BatchCall", "JobEnqueuer", "check_connection"]
+__all__ = ["COPY_THRESHOLD", "BatchCall", "JobEnqueuer", "async_connection", "check_connection"]
 
 #: Batches of at least this many plain jobs go through COPY (fewer: one multi-row INSERT).
 COPY_THRESHOLD: Final = 64
@@ -63,8 +69,17 @@ def check_connection(conn: object) -> AnyConnection | None:
     if conn is None:
         return None
     if not isinstance(conn, psycopg.Connection):
-        raise ConfigurationError(f"connection must be a psycopg (sync) Connection, got {type(conn).__name__}")
+        hint = " (await apply_async_async(..., connection=) takes one)" if async_connection(conn) else ""
+        raise ConfigurationError(
+            f"connection must be a psycopg (sync) Connection, got {type(conn).__name__}{hint}"
+        )
     return conn
+
+
+def async_connection(conn: object) -> AnyAsyncConnection | None:
+    """``conn`` if it is a ``psycopg.AsyncConnection`` (the asyncio enqueue writes
+    through it natively), else None."""
+    return conn if isinstance(conn, psycopg.AsyncConnection) else None
 
 
 def _options_key(task: Task, options: Mapping[str, Any]) -> Hashable:
@@ -203,26 +218,21 @@ class JobEnqueuer:
         encoded_args = dumps(list(args), "args")
         return encoded_args, dumps(kwargs, "kwargs") if kwargs else "{}", headers, lock_key, unique_key
 
-    def enqueue(
+    def new_job(
         self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]
-    ) -> AsyncResult:
-        """Write one job (what `Task.apply_async` calls); see there for the options.
-
-        Besides the public options, the scheduler passes ``_trigger``,
-        ``_schedule_name``, ``_scheduled_for``, ``_parent_id`` and ``_correlation_id``.
+    ) -> NewJob:
+        """The job one call writes, validated and encoded (no I/O but the
+        ``pgtasks_before_enqueue`` hook): what `enqueue` and `enqueue_async` share.
 
         Raises:
-            ConfigurationError: an invalid option value or connection.
+            ConfigurationError: an invalid option value.
             SerializationError: an argument or header cannot round-trip exactly.
-            AlreadyQueued: an unfinished job holds the unique key.
-            DatabaseError: PostgreSQL refused the write.
         """
-        conn = check_connection(options.get("connection"))
         base = option_params(task, options)
         args_json, kwargs_json, headers_json, lock_key, unique_key = self._call_fields(
             task, args, kwargs, options, base, hooked=self._before_enqueue_hooked()
         )
-        job = NewJob(
+        return NewJob(
             task_name=base["task_name"],
             queue=base["queue"],
             tenant=base["tenant"],
@@ -242,6 +252,34 @@ class JobEnqueuer:
             parent_id=options.get("_parent_id"),
             correlation_id=options.get("_correlation_id"),
         )
+
+    def _enqueued(self, job: NewJob, job_id: int, *, in_transaction: bool) -> AsyncResult:
+        """Tell plugins (``pgtasks_after_enqueue``) and return the new job's result."""
+        call_isolated(
+            self.plugin_manager,
+            "pgtasks_after_enqueue",
+            task_name=job.task_name,
+            job_ids=[job_id],
+            in_transaction=in_transaction,
+        )
+        return AsyncResult(job_id, self.source)
+
+    def enqueue(
+        self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]
+    ) -> AsyncResult:
+        """Write one job (what `Task.apply_async` calls); see there for the options.
+
+        Besides the public options, the scheduler passes ``_trigger``,
+        ``_schedule_name``, ``_scheduled_for``, ``_parent_id`` and ``_correlation_id``.
+
+        Raises:
+            ConfigurationError: an invalid option value or connection.
+            SerializationError: an argument or header cannot round-trip exactly.
+            AlreadyQueued: an unfinished job holds the unique key.
+            DatabaseError: PostgreSQL refused the write.
+        """
+        conn = check_connection(options.get("connection"))
+        job = self.new_job(task, args, kwargs, options)
         stores = self.source.stores
         # A job in the caller's transaction is announced by its own statement, delivered
         # when that transaction commits; so is the first job after a quiet spell. One
@@ -251,14 +289,32 @@ class JobEnqueuer:
         job_id = stores.jobs.insert(job, conn=conn, notify=in_commit)
         if not in_commit:
             stores.wakeups.wake(job.queue, job_id)
-        call_isolated(
-            self.plugin_manager,
-            "pgtasks_after_enqueue",
-            task_name=job.task_name,
-            job_ids=[job_id],
-            in_transaction=conn is not None,
-        )
-        return AsyncResult(job_id, self.source)
+        return self._enqueued(job, job_id, in_transaction=conn is not None)
+
+    async def enqueue_async(
+        self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]
+    ) -> AsyncResult:
+        """Write one job from asyncio code (what `Task.apply_async_async` calls).
+
+        With ``connection=`` a ``psycopg.AsyncConnection``, the job is built as
+        `enqueue` builds it (`new_job`) and written by the same statements on that
+        connection, in the caller's transaction, in the event loop's thread: it commits
+        or rolls back with the caller's writes, and its statement wakes the queue's
+        workers when that transaction commits (as `enqueue` with a sync connection).
+        Without a connection, or with a sync one, `enqueue` runs in a worker thread.
+
+        Raises:
+            ConfigurationError: an invalid option value or connection.
+            SerializationError: an argument or header cannot round-trip exactly.
+            AlreadyQueued: an unfinished job holds the unique key.
+            DatabaseError: PostgreSQL refused the write.
+        """
+        conn = async_connection(options.get("connection"))
+        if conn is None:
+            return await asyncio.to_thread(self.enqueue, task, args, kwargs, options)
+        job = self.new_job(task, args, kwargs, options)
+        job_id = await self.source.stores.jobs.insert_async(job, conn=conn, notify=True)
+        return self._enqueued(job, job_id, in_transaction=True)
 
     def enqueue_batch(self, calls: Iterable[BatchCall], *, connection: Any = None) -> list[AsyncResult]:
         """Write many jobs in one transaction (what `Task.delay_many` and ``App.bulk_apply`` call).

@@ -74,6 +74,11 @@ class Enqueuer(Protocol):
     ) -> AsyncResult:
         """Write one job; see `Task.apply_async` for the options and errors."""
 
+    async def enqueue_async(
+        self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]
+    ) -> AsyncResult:
+        """Write one job from asyncio code; see `Task.apply_async_async`."""
+
     def enqueue_batch(self, calls: Iterable[Any], *, connection: Any = None) -> list[AsyncResult]:
         """Write many jobs in one transaction; see `pgtasks.App.enqueue_batch`."""
 

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from pgtasks.errors import JobNotFound, ResultTimeout, TaskFailed, TaskRevoked, TimeLimitExceeded
+import psycopg
+
+from pgtasks.errors import (
+    ConfigurationError,
+    JobNotFound,
+    ResultTimeout,
+    TaskFailed,
+    TaskRevoked,
+    TimeLimitExceeded,
+)
 from pgtasks.states import TERMINAL, ErrorCode, JobStatus
 from pgtasks.validation import check_bool, check_job_id, check_timeout
 
 if TYPE_CHECKING:
-    from pgtasks.db import StoredJobStatus
+    from pgtasks.db import AnyAsyncConnection, StoredJobStatus
     from pgtasks.ports import ResultSource
     from pgtasks.records import Job
 
@@ -127,18 +137,93 @@ class AsyncResult:
                 `TimeLimitExceeded` if stopped at its time limit).
             JobNotFound: no job has this id.
         """
-        seconds = check_timeout("timeout", timeout)
-        check_bool("propagate", propagate)
-        deadline = None if seconds is None else time.monotonic() + seconds
+        deadline = _deadline(timeout, propagate)
         row = self._row()
         if row.status not in TERMINAL:
             row = self._wait(deadline)
+        return self._outcome(row, propagate)
+
+    async def get_async(self, timeout: float | None = None, *, propagate: bool = True) -> Any:
+        """`get` for asyncio callers: waits without blocking the event loop.
+
+        Waits on a dedicated asyncio connection (`pgtasks.db.Database.connect_async`)
+        that LISTENs for "jobs finished" notifications, re-checking the job on each one
+        and at least once a second, as `get` does; the connection is closed on return,
+        on timeout and on cancellation.
+
+        Args:
+            timeout: seconds to wait at most (finite, 0 up to
+                `pgtasks.validation.MAX_DELAY`); None waits forever.
+            propagate: raise the job's failure (True) or return it.
+
+        Raises:
+            ConfigurationError, ResultTimeout, TaskFailed, JobNotFound: as `get`.
+            ConnectionFailed: the server cannot be reached.
+        """
+        deadline = _deadline(timeout, propagate)
+        stores = self.app.stores
+        jobs = stores.jobs
+        conn = await stores.database.connect_async()
+        try:
+            await jobs.listen_done_async(conn=conn)
+            while True:
+                row = await jobs.status_async(id=self.id, conn=conn)
+                wait = self._wait_step(row, deadline)
+                if wait is None:
+                    assert row is not None
+                    return self._outcome(row, propagate)
+                async for _ in conn.notifies(timeout=wait, stop_after=1):
+                    pass
+        finally:
+            await conn.close()
+
+    async def job_async(self, *, connection: AnyAsyncConnection | None = None) -> Job:
+        """`job` for asyncio callers: the whole job record.
+
+        Args:
+            connection: a ``psycopg.AsyncConnection`` to read on (yours, e.g. from
+                ``psycopg_pool.AsyncConnectionPool``; the read joins its transaction),
+                in the event loop; None reads through the app's pool in a worker thread.
+
+        Raises:
+            JobNotFound: no job has this id (e.g. it was purged).
+            ConfigurationError: ``connection`` is neither None nor an asyncio connection.
+        """
+        if connection is None:
+            return await asyncio.to_thread(self.job)
+        if not isinstance(connection, psycopg.AsyncConnection):
+            raise ConfigurationError(
+                f"connection must be a psycopg AsyncConnection, got {type(connection).__name__}"
+            )
+        return await self.app.stores.jobs.get_async(id=self.id, conn=connection)
+
+    def _outcome(self, row: StoredJobStatus, propagate: bool) -> Any:
+        """What `get` returns (or raises) for a finished job's ``row``."""
         if row.status == JobStatus.SUCCEEDED:
             return row.result
         failure = _failure(self.id, row)
         if propagate:
             raise failure
         return failure
+
+    def _wait_step(self, row: StoredJobStatus | None, deadline: float | None) -> float | None:
+        """None when ``row`` has finished; else the seconds to wait for a notification
+        before reading it again (at most 1).
+
+        Raises:
+            JobNotFound: ``row`` is None (no such job).
+            ResultTimeout: ``deadline`` (a `time.monotonic` instant) has passed.
+        """
+        if row is None:
+            raise JobNotFound(self.id)
+        if row.status in TERMINAL:
+            return None
+        if deadline is None:
+            return 1.0
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ResultTimeout(f"job {self.id} still {row.status} after waiting")
+        return min(1.0, remaining)
 
     def _wait(self, deadline: float | None) -> StoredJobStatus:
         stores = self.app.stores
@@ -147,16 +232,10 @@ class AsyncResult:
             jobs.listen_done(conn=conn)
             while True:
                 row = jobs.status(id=self.id, conn=conn)
-                if row is None:
-                    raise JobNotFound(self.id)
-                if row.status in TERMINAL:
+                wait = self._wait_step(row, deadline)
+                if wait is None:
+                    assert row is not None
                     return row
-                wait = 1.0
-                if deadline is not None:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise ResultTimeout(f"job {self.id} still {row.status} after waiting")
-                    wait = min(wait, remaining)
                 for _ in conn.notifies(timeout=wait, stop_after=1):
                     pass
 
@@ -177,6 +256,19 @@ class AsyncResult:
 
     def forget(self) -> None:
         """Accepted for Celery compatibility: results live in the job row until purged."""
+
+
+def _deadline(timeout: float | None, propagate: bool) -> float | None:
+    """The `time.monotonic` instant a wait of ``timeout`` seconds ends (None: never),
+    after checking `get`'s arguments.
+
+    Raises:
+        ConfigurationError: ``timeout`` is ``nan``, infinite, negative or too large,
+            or ``propagate`` is not a bool.
+    """
+    seconds = check_timeout("timeout", timeout)
+    check_bool("propagate", propagate)
+    return None if seconds is None else time.monotonic() + seconds
 
 
 def _failure(job_id: int, row: StoredJobStatus) -> TaskFailed:

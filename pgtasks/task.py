@@ -359,12 +359,8 @@ class Task:
             AlreadyQueued: the unique key is held by an unfinished job.
             DatabaseError: PostgreSQL refused the write.
         """
-        _check_option_names(options)
-        if args is not None and (isinstance(args, str | bytes | Mapping) or not isinstance(args, Iterable)):
-            raise ConfigurationError(f"args must be a tuple or list, got {type(args).__name__}")
-        if kwargs is not None and not isinstance(kwargs, Mapping):
-            raise ConfigurationError(f"kwargs must be a dict, got {type(kwargs).__name__}")
-        return self._enqueuer.enqueue(self, tuple(args or ()), dict(kwargs or {}), options)
+        call_args, call_kwargs = _checked_call(args, kwargs, options)
+        return self._enqueuer.enqueue(self, call_args, call_kwargs, options)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A `Signature` of this task with these arguments (for ``app.bulk_apply``)."""
@@ -389,14 +385,46 @@ class Task:
         return self._enqueuer.enqueue_batch(calls, connection=connection)
 
     async def delay_async(self, *args: Any, **kwargs: Any) -> AsyncResult:
-        """`delay` for asyncio callers (runs the same code in a thread)."""
-        return await asyncio.to_thread(self.apply_async, args, kwargs)
+        """`delay` for asyncio callers (the enqueue runs in a worker thread, as
+        `apply_async_async` without a connection)."""
+        return await self.apply_async_async(args, kwargs)
 
     async def apply_async_async(
         self, args: Iterable[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **options: Any
     ) -> AsyncResult:
-        """`apply_async` for asyncio callers (``connection=`` must be a sync connection)."""
-        return await asyncio.to_thread(self.apply_async, args, kwargs, **options)
+        """`apply_async` for asyncio callers: the same options, checks and errors.
+
+        With ``connection=`` a ``psycopg.AsyncConnection`` (one of your own, or from
+        ``psycopg_pool.AsyncConnectionPool``), the job is written on it in the event
+        loop, inside your transaction: it commits or rolls back with your writes, and
+        workers are woken when your transaction commits. Without a connection (or with
+        a sync ``psycopg.Connection``) the enqueue runs in a worker thread on the app's
+        pool, as `apply_async` would.
+
+        Raises:
+            ConfigurationError, SerializationError, AlreadyQueued, DatabaseError: as
+                `apply_async` (nothing is written on a refusal).
+        """
+        call_args, call_kwargs = _checked_call(args, kwargs, options)
+        return await self._enqueuer.enqueue_async(self, call_args, call_kwargs, options)
+
+
+def _checked_call(
+    args: Iterable[Any] | None, kwargs: Mapping[str, Any] | None, options: Mapping[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's arguments as a tuple and a dict, after checking their types and the
+    option names (what `Task.apply_async` and `Task.apply_async_async` check first).
+
+    Raises:
+        ConfigurationError: an unknown option name, or ``args`` / ``kwargs`` that are
+            not a sequence / mapping (a str is refused).
+    """
+    _check_option_names(options)
+    if args is not None and (isinstance(args, str | bytes | Mapping) or not isinstance(args, Iterable)):
+        raise ConfigurationError(f"args must be a tuple or list, got {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise ConfigurationError(f"kwargs must be a dict, got {type(kwargs).__name__}")
+    return tuple(args or ()), dict(kwargs or {})
 
 
 def check_key(label: str, key: object) -> str | None:

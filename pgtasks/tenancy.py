@@ -7,6 +7,8 @@ Many tenants share one database (every job row carries its ``tenant``). A
 - enqueue: ``send_task(name, ...)``, ``apply_async(task, ...)``, ``delay(task, ...)``
   and ``bind(task).delay(...)`` write jobs of the handle's tenant; a ``tenant=``
   option that names another is refused (`ConfigurationError`, nothing written);
+  their ``*_async`` forms do the same from asyncio code, natively in the caller's
+  transaction when ``connection=`` is a ``psycopg.AsyncConnection``;
 - lookups and actions: ``AsyncResult(id)``, ``get_job``, ``cancel``/``cancel_job``,
   ``requeue``, ``list_jobs``, ``search``: another tenant's job id behaves exactly as
   an id no job has (`JobNotFound`, same message), because the tenant is a condition
@@ -26,6 +28,7 @@ docs/security.md.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pgtasks import jobadmin
 from pgtasks.db import AnyConnection, tenant_context
+from pgtasks.enqueue import async_connection
 from pgtasks.errors import AlreadyQueued, ConfigurationError, JobNotFound
 from pgtasks.result import AsyncResult
 from pgtasks.task import Task
@@ -185,6 +189,60 @@ class TenantScope:
         """
         return TenantTask(self, self._task(task))
 
+    async def apply_async_async(
+        self,
+        task: Task | str,
+        args: Iterable[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> AsyncResult:
+        """`apply_async` for asyncio callers, as `pgtasks.Task.apply_async_async`.
+
+        With ``connection=`` a ``psycopg.AsyncConnection`` the job is written on it in
+        the event loop, in the caller's transaction, whose statement says it is the
+        tenant's (``pgtasks.tenant`` set for it, and the transaction's own setting put
+        back after it). Otherwise the enqueue runs in a worker thread.
+
+        Raises:
+            ConfigurationError, UnknownTask, AlreadyQueued: as `apply_async`
+                (nothing is written on a refusal).
+        """
+        target = self._task(task)
+        scoped = self._options(options)
+        try:
+            with tenant_context(self.tenant):
+                result = await target.apply_async_async(args, kwargs, **scoped)
+        except AlreadyQueued as exc:
+            raise await self._hidden_holder_async(exc, options.get("connection")) from None
+        return self._scoped(result)
+
+    async def send_task_async(
+        self,
+        name: str,
+        args: Iterable[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> AsyncResult:
+        """`send_task` for asyncio callers; see `apply_async_async`."""
+        return await self.apply_async_async(self._app.get_task(name), args, kwargs, **options)
+
+    async def delay_async(self, task: Task | str, *args: Any, **kwargs: Any) -> AsyncResult:
+        """`delay` for asyncio callers (the enqueue runs in a worker thread); see
+        `apply_async_async`."""
+        return await self.apply_async_async(task, args, kwargs)
+
+    async def _hidden_holder_async(self, exc: AlreadyQueued, connection: object) -> AlreadyQueued:
+        """`_hidden_holder` from asyncio code: looked up on the caller's asyncio
+        connection if there is one, else in a worker thread."""
+        conn = async_connection(connection)
+        if conn is None:
+            return await asyncio.to_thread(self._hidden_holder, exc)
+        try:
+            await self.stores.jobs.get_async(id=exc.job_id, conn=conn)
+        except JobNotFound:
+            return AlreadyQueued(exc.unique_key, -1)
+        return exc
+
     def _hidden_holder(self, exc: AlreadyQueued) -> AlreadyQueued:
         """``exc``, or the same error without the holder's id when it is another tenant's."""
         try:
@@ -336,6 +394,16 @@ class TenantTask:
     ) -> AsyncResult:
         """Enqueue a job for the tenant, with options (see `TenantScope.apply_async`)."""
         return self.scope.apply_async(self.task, args, kwargs, **options)
+
+    async def delay_async(self, *args: Any, **kwargs: Any) -> AsyncResult:
+        """`delay` for asyncio callers (see `TenantScope.apply_async_async`)."""
+        return await self.scope.apply_async_async(self.task, args, kwargs)
+
+    async def apply_async_async(
+        self, args: Iterable[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> AsyncResult:
+        """`apply_async` for asyncio callers (see `TenantScope.apply_async_async`)."""
+        return await self.scope.apply_async_async(self.task, args, kwargs, **options)
 
     def delay_many(self, items: Iterable[Any], **options: Any) -> list[AsyncResult]:
         """Enqueue many jobs for the tenant in one round trip, as `pgtasks.Task.delay_many`.

@@ -31,7 +31,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "pgtasks"
 
 # The application and its shell: these may import the App (paths relative to pgtasks/).
-SHELL_FILES = frozenset({"__init__.py", "__main__.py", "app.py", "loader.py"})
+SHELL_FILES = frozenset({"__init__.py", "__main__.py", "app.py", "asgi.py", "loader.py"})
 SHELL_DIRS = frozenset({"cli", "contrib", "dashboard", "testing"})
 
 # The engine's packages and modules, imported in a fresh interpreter.

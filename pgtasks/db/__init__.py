@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pgtasks.db.database import (
+    AnyAsyncConnection,
     AnyConnection,
     Database,
     Now,
@@ -32,6 +33,7 @@ from pgtasks.db.wakeups import WakeupSender
 from pgtasks.db.workers import WorkerInfo, WorkerStore
 
 __all__ = [
+    "AnyAsyncConnection",
     "AnyConnection",
     "CancelRequest",
     "Database",

@@ -30,8 +30,8 @@ import functools
 import logging
 import select
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from datetime import datetime
 from types import MappingProxyType
@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql as psql
-from psycopg.adapt import Loader
+from psycopg.adapt import AdaptersMap, Loader
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import RowFactory, dict_row, tuple_row
 from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
@@ -50,6 +50,7 @@ from pgtasks.serialization import loads_json, undecodable
 from pgtasks.sql import QUERIES
 
 __all__ = [
+    "AnyAsyncConnection",
     "AnyConnection",
     "Database",
     "Now",
@@ -68,6 +69,9 @@ Row = dict[str, Any]
 T = TypeVar("T")
 Params = Mapping[str, Any] | None
 AnyConnection = psycopg.Connection[Any]
+# A caller's asyncio connection (``connection=`` of the async enqueue), or a dedicated
+# one of `Database.connect_async` (`AsyncResult.get_async` waits on it).
+AnyAsyncConnection = psycopg.AsyncConnection[Any]
 # A time parameter of a store method: an instant to pin it (tests of leases, backoff
 # and cron), or None for the database clock, which the statements then read with
 # ``coalesce(%(now)s, now())``. Workers never use their own clock.
@@ -98,6 +102,10 @@ def tenant_context(tenant: str) -> Iterator[None]:
 
 
 def _nothing() -> None:
+    return None
+
+
+async def _nothing_async() -> None:
     return None
 
 
@@ -235,6 +243,34 @@ def translate_error(exc: psycopg.Error) -> DatabaseError:
     return err
 
 
+def _register_loaders(adapters: AdaptersMap) -> None:
+    """Decode jsonb and json with orjson and pgtasks' type tags (`_JsonbLoader`)."""
+    adapters.register_loader("jsonb", _JsonbLoader)
+    adapters.register_loader("jsonb", _JsonbBinaryLoader)
+    adapters.register_loader("json", _JsonbLoader)
+
+
+def _connect_failed(dsn: str, exc: psycopg.OperationalError) -> ConnectionFailed:
+    """The `ConnectionFailed` of a connection attempt that failed with ``exc``: transient
+    unless the server answered and refused (`_REFUSED_BY_SERVER`)."""
+    reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    refused = any(marker in str(exc) for marker in _REFUSED_BY_SERVER)
+    return ConnectionFailed(
+        f"cannot connect to PostgreSQL at {describe_dsn(dsn)}: {reason}", transient=not refused
+    )
+
+
+def _pipeline_scope(autocommit: bool, idle: bool) -> tuple[str, str | None]:
+    """The statements around one statement of a tenant sent in a pipeline (see
+    `Database._as_tenant`): ``tenant_scope`` alone when the pipeline's implicit
+    transaction ends with it (an autocommit connection outside any transaction), else
+    ``tenant_scope_enter`` before and ``tenant_scope_leave`` after (a transaction that
+    goes on, the caller's)."""
+    if autocommit and idle:
+        return "tenant_scope", None
+    return "tenant_scope_enter", "tenant_scope_leave"
+
+
 def configure_connection(conn: AnyConnection, session: str = "session_setup") -> None:
     """Prepare one of pgtasks' own connections (pooled and dedicated; never a caller's).
 
@@ -247,13 +283,20 @@ def configure_connection(conn: AnyConnection, session: str = "session_setup") ->
     settings are optimisations only: behind a transaction-pooling PgBouncer they
     may not stick, and nothing depends on them.
     """
-    conn.adapters.register_loader("jsonb", _JsonbLoader)
-    conn.adapters.register_loader("jsonb", _JsonbBinaryLoader)
-    conn.adapters.register_loader("json", _JsonbLoader)
+    _register_loaders(conn.adapters)
     with conn.cursor() as cur:
         cur.execute(QUERIES[session])
     if not conn.autocommit:
         conn.commit()
+
+
+async def configure_async_connection(conn: AnyAsyncConnection, session: str = "session_setup") -> None:
+    """`configure_connection` for a dedicated asyncio connection (`Database.connect_async`)."""
+    _register_loaders(conn.adapters)
+    async with conn.cursor() as cur:
+        await cur.execute(QUERIES[session])
+    if not conn.autocommit:
+        await conn.commit()
 
 
 class Database:
@@ -324,12 +367,31 @@ class Database:
                 prepare_threshold=self._prepare_threshold,
             )
         except psycopg.OperationalError as exc:
-            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            refused = any(marker in str(exc) for marker in _REFUSED_BY_SERVER)
-            raise ConnectionFailed(
-                f"cannot connect to PostgreSQL at {describe_dsn(self.dsn)}: {reason}", transient=not refused
-            ) from None
+            raise _connect_failed(self.dsn, exc) from None
         configure_connection(conn, self._session)
+        return conn
+
+    async def connect_async(self, *, autocommit: bool = True) -> AnyAsyncConnection:
+        """Open a dedicated asyncio connection (what `AsyncResult.get_async` listens on),
+        prepared as `connect` prepares its own; the caller closes it.
+
+        Raises:
+            ConnectionFailed: the server cannot be reached.
+        """
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self.dsn,
+                autocommit=autocommit,
+                connect_timeout=max(1, int(self._connect_timeout)),
+                prepare_threshold=self._prepare_threshold,
+            )
+        except psycopg.OperationalError as exc:
+            raise _connect_failed(self.dsn, exc) from None
+        try:
+            await configure_async_connection(conn, self._session)
+        except BaseException:
+            await conn.close()
+            raise
         return conn
 
     def _get_pool(self) -> ConnectionPool[AnyConnection]:
@@ -502,16 +564,13 @@ class Database:
         params = {"tenant": tenant}
         idle = c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         if pipeline:
-            if c.autocommit and idle:  # the pipeline's implicit transaction ends with it
-                with c.pipeline() as p:
-                    c.execute(QUERIES["tenant_scope"], params)
-                    yield p.sync
-                return
+            before, after = _pipeline_scope(c.autocommit, idle)
             with c.pipeline() as p:
-                c.execute(QUERIES["tenant_scope_enter"], params)
+                c.execute(QUERIES[before], params)
 
                 def leave() -> None:
-                    c.execute(QUERIES["tenant_scope_leave"])
+                    if after is not None:
+                        c.execute(QUERIES[after])
                     p.sync()
 
                 yield leave
@@ -537,6 +596,60 @@ class Database:
         """Run a named query and return its first row, or None."""
         rows = self.fetch_all(name, params, conn=conn)
         return rows[0] if rows else None
+
+    # -- statements on an asyncio connection -------------------------------------------
+
+    async def fetch_all_async(
+        self, name: str, params: Params = None, *, conn: AnyAsyncConnection
+    ) -> list[Row]:
+        """`fetch_all` on an asyncio connection, without leaving the event loop.
+
+        There is no asyncio pool: ``conn`` is the caller's `psycopg.AsyncConnection`
+        (the statement joins its transaction and commits or rolls back with it, as
+        ``conn=`` of `fetch_all`) or a dedicated one of `connect_async`. A tenant's
+        statement first says whose transaction it is, in the same pipeline, as
+        `_as_tenant` does; jsonb values are decoded as on pgtasks' own connections,
+        on the caller's connection too.
+
+        Raises:
+            DatabaseError: PostgreSQL refused the statement or the connection broke.
+        """
+        text = self.queries[name]
+        try:
+            async with self._as_tenant_async(conn) as flush, conn.cursor(row_factory=dict_row) as cur:
+                _register_loaders(cur.adapters)
+                await cur.execute(text, params)
+                await flush()
+                return await cur.fetchall() if cur.description is not None else []
+        except psycopg.Error as exc:
+            raise translate_error(exc) from exc
+
+    async def fetch_one_async(
+        self, name: str, params: Params = None, *, conn: AnyAsyncConnection
+    ) -> Row | None:
+        """`fetch_one` on an asyncio connection (see `fetch_all_async`)."""
+        rows = await self.fetch_all_async(name, params, conn=conn)
+        return rows[0] if rows else None
+
+    @asynccontextmanager
+    async def _as_tenant_async(self, c: AnyAsyncConnection) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+        """`_as_tenant` (in a pipeline) for an asyncio connection: yields what to await
+        after the statement, before reading its result."""
+        tenant = self.tenant if self.tenant is not None else _TENANT.get()
+        if tenant is None:
+            yield _nothing_async
+            return
+        idle = c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        before, after = _pipeline_scope(c.autocommit, idle)
+        async with c.pipeline() as p:
+            await c.execute(QUERIES[before], {"tenant": tenant})
+
+            async def leave() -> None:
+                if after is not None:
+                    await c.execute(QUERIES[after])
+                await p.sync()
+
+            yield leave
 
     def execute(self, name: str, params: Params = None, *, conn: AnyConnection | None = None) -> int:
         """Run a named query for its effect; returns the affected row count."""

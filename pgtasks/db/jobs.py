@@ -10,12 +10,12 @@ key already held (`AlreadyQueued`), a job that is not this worker's
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pgtasks.db.database import AnyConnection, Database, Now, Row, bigint_array_literal
+from pgtasks.db.database import AnyAsyncConnection, AnyConnection, Database, Now, Row, bigint_array_literal
 from pgtasks.errors import AlreadyQueued, DatabaseError, JobNotFound, NotOwner
 from pgtasks.records import Job
 from pgtasks.serialization import dumps
@@ -203,6 +203,25 @@ class JobStore:
             DatabaseError: PostgreSQL refused the row.
         """
         db = self.database
+        return _run_steps(self._insert_steps(job, notify), lambda n, p: db.fetch_one(n, p, conn=conn))
+
+    async def insert_async(self, job: NewJob, *, conn: AnyAsyncConnection, notify: bool = True) -> int:
+        """`insert` on the caller's asyncio connection (the same statements, in its
+        transaction, without leaving the event loop); returns the job's id.
+
+        Raises:
+            AlreadyQueued: another unfinished job holds ``job.unique_key``.
+            DatabaseError: PostgreSQL refused the row.
+        """
+        db = self.database
+        return await _run_steps_async(
+            self._insert_steps(job, notify), lambda n, p: db.fetch_one_async(n, p, conn=conn)
+        )
+
+    def _insert_steps(self, job: NewJob, notify: bool) -> Generator[_Step, Row | None, int]:
+        """The statements of `insert`, one at a time: each step yields (query name,
+        parameters) and is sent the statement's first row (or None). `insert` and
+        `insert_async` run the same steps, on a sync or an asyncio connection."""
         if job.unique_key is None:
             if job._is_plain():
                 params: dict[str, Any] = {
@@ -211,20 +230,20 @@ class JobStore:
                     "max_attempts": job.max_attempts, "retry_on_worker_lost": job.retry_on_worker_lost,
                     "notify": notify,
                 }  # fmt: skip
-                row = db.fetch_one("job_insert", params, conn=conn)
+                row = yield "job_insert", params
             else:
-                row = db.fetch_one("job_insert_full", _full_params(job, notify), conn=conn)
+                row = yield "job_insert_full", _full_params(job, notify)
             assert row is not None  # an INSERT without ON CONFLICT returns its row
             return int(row["id"])
         params = _full_params(job, notify)
         params["unique_key"] = job.unique_key
         for _ in range(_UNIQUE_ATTEMPTS):
-            row = db.fetch_one("job_insert_unique", params, conn=conn)
+            row = yield "job_insert_unique", params
             if row is not None:
                 return int(row["id"])
-            holder = self.find_unique(unique_key=job.unique_key, conn=conn)
+            holder = yield "job_find_unique", {"unique_key": job.unique_key, "tenant": self.tenant}
             if holder is not None:
-                raise AlreadyQueued(job.unique_key, holder)
+                raise AlreadyQueued(job.unique_key, int(holder["id"]))
             # The holder finished between the insert and the look-up: try again.
         raise AlreadyQueued(job.unique_key, -1)
 
@@ -301,13 +320,28 @@ class JobStore:
             raise JobNotFound(id)
         return Job.from_row(row)
 
+    async def get_async(self, *, id: int, conn: AnyAsyncConnection) -> Job:
+        """`get` on an asyncio connection (the caller's, or one of `Database.connect_async`).
+
+        Raises:
+            JobNotFound: no job has this id (in a scoped store: none of its tenant's).
+        """
+        row = await self.database.fetch_one_async("job_get", {"id": id, "tenant": self.tenant}, conn=conn)
+        if row is None:
+            raise JobNotFound(id)
+        return Job.from_row(row)
+
     def status(self, *, id: int, conn: AnyConnection | None = None) -> StoredJobStatus | None:
         """The job's status, result and error, or None if no job has this id (in a
         scoped store: none of its tenant's)."""
-        row = self.database.fetch_one("job_status", {"id": id, "tenant": self.tenant}, conn=conn)
-        if row is None:
-            return None
-        return StoredJobStatus(status=str(row["status"]), result=row["result"], error=row["error"])
+        return _stored_status(
+            self.database.fetch_one("job_status", {"id": id, "tenant": self.tenant}, conn=conn)
+        )
+
+    async def status_async(self, *, id: int, conn: AnyAsyncConnection) -> StoredJobStatus | None:
+        """`status` on an asyncio connection (the caller's, or one of `Database.connect_async`)."""
+        params = {"id": id, "tenant": self.tenant}
+        return _stored_status(await self.database.fetch_one_async("job_status", params, conn=conn))
 
     def queue_stats(self) -> list[Row]:
         """Job counts per queue and status: ``[{"queue", "status", "jobs", "claimed",
@@ -706,6 +740,10 @@ class JobStore:
         """LISTEN for finished jobs on ``conn``."""
         self.database.execute("listen_done", conn=conn)
 
+    async def listen_done_async(self, *, conn: AnyAsyncConnection) -> None:
+        """LISTEN for finished jobs on ``conn``, a dedicated asyncio connection."""
+        await self.database.fetch_all_async("listen_done", conn=conn)
+
     # -- listing (last in the class: a method named ``list`` shadows the builtin in the
     # annotations of the methods below it, as mypy resolves them in the class's namespace)
 
@@ -733,6 +771,44 @@ class JobStore:
             "before_id": before_id, "limit": limit,
         }  # fmt: skip
         return [Job.from_row(r) for r in self.database.fetch_all("job_list", params)]
+
+
+# One statement a step of a store method needs: (query name, parameters).
+_Step = tuple[str, dict[str, Any]]
+
+
+def _run_steps(
+    steps: Generator[_Step, Row | None, int], fetch: Callable[[str, dict[str, Any]], Row | None]
+) -> int:
+    """Run ``steps`` (see `JobStore._insert_steps`), each statement through ``fetch``."""
+    try:
+        name, params = next(steps)
+        while True:
+            name, params = steps.send(fetch(name, params))
+    except StopIteration as done:
+        result: int = done.value
+        return result
+
+
+async def _run_steps_async(
+    steps: Generator[_Step, Row | None, int],
+    fetch: Callable[[str, dict[str, Any]], Coroutine[Any, Any, Row | None]],
+) -> int:
+    """`_run_steps` with an asyncio ``fetch``."""
+    try:
+        name, params = next(steps)
+        while True:
+            name, params = steps.send(await fetch(name, params))
+    except StopIteration as done:
+        result: int = done.value
+        return result
+
+
+def _stored_status(row: Row | None) -> StoredJobStatus | None:
+    """``job_status``'s row as a record (None: no such job)."""
+    if row is None:
+        return None
+    return StoredJobStatus(status=str(row["status"]), result=row["result"], error=row["error"])
 
 
 def _full_params(job: NewJob, notify: bool) -> dict[str, Any]:
