@@ -278,6 +278,21 @@ def test_the_clock_only_moves_on(pgtasks_app: pgtasks.App, pgtasks_clock: TestCl
     assert abs((pgtasks_clock.now() - target).total_seconds()) < 5
 
 
+def test_an_app_on_another_database_gets_a_new_clock(
+    pgtasks_app: pgtasks.App, pgtasks_clock: TestClock
+) -> None:
+    pgtasks_clock.advance(HOUR)
+    assert clock_for(pgtasks_app) is pgtasks_clock
+    first = pgtasks_app.settings.dsn
+    assert first is not None
+    try:
+        pgtasks_app.use_database(first + " application_name=kit-other")
+        fresh = clock_for(pgtasks_app)
+        assert fresh is not pgtasks_clock and fresh.offset == dt.timedelta(0)
+    finally:
+        pgtasks_app.use_database(first)
+
+
 # -- eager ---------------------------------------------------------------------------
 
 

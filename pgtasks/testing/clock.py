@@ -69,6 +69,7 @@ class TestClock:
 
     def __init__(self, app: App) -> None:
         self.app = app
+        self.dsn = app.settings.dsn  # the database whose jobs it moved (see clock_for)
         self.offset = timedelta(0)
         self._lock = threading.RLock()
         self._scheduler: Scheduler | None = None
@@ -171,10 +172,12 @@ class TestClock:
 
 
 def clock_for(app: App) -> TestClock:
-    """The `TestClock` of ``app`` (made on first use; one per app until `forget_clock`)."""
+    """The `TestClock` of ``app``: made on first use, then the same one until
+    `forget_clock`, or until the app uses another database (`pgtasks.App.use_database`:
+    a new database starts on the real clock)."""
     with _clocks_lock:
         clock = _clocks.get(app)
-        if clock is None:
+        if clock is None or clock.dsn != app.settings.dsn:
             clock = _clocks[app] = TestClock(app)
         return clock
 
