@@ -363,3 +363,20 @@ def test_purge_policy_refuses_a_cutoff_or_status_beside_it(dsn: str, conn: psyco
         assert result.exit_code == 2
         assert "--policy" in result.output
     assert _count(conn) == 3
+
+
+def test_purge_policy_for_one_tenant_touches_only_its_jobs(
+    dsn: str, conn: psycopg.Connection[Any], now: dt.datetime
+) -> None:
+    _finished(conn, now, 4, days=8)
+    conn.execute("UPDATE pgtasks.jobs SET tenant = 'acme' WHERE id IN (SELECT id FROM pgtasks.jobs LIMIT 3)")
+    dry = _purge(dsn, "--policy", "--dry-run", "--tenant", "acme")
+    assert "would delete 3 job(s) of tenant acme" in dry.output
+    done = _purge(dsn, "--policy", "--yes", "--tenant", "acme")
+    assert "deleted 3 job(s)" in done.output
+    assert conn.execute("SELECT tenant FROM pgtasks.jobs").fetchall() == [("",)]
+    refused = _purge(dsn, "--tenant", "acme", "--yes")
+    assert refused.exit_code == 2 and "--tenant needs --policy" in refused.output
+    bad = _purge(dsn, "--policy", "--yes", "--tenant", "a\x00b")
+    assert bad.exit_code == 1
+    assert _count(conn) == 1

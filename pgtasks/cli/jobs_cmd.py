@@ -369,18 +369,28 @@ def workers_command(loader: AppLoader, as_json: bool) -> None:
     is_flag=True,
     help="Delete what the retention policy no longer keeps (PGTASKS_RETENTION_*), not by a cutoff.",
 )
+@click.option("--tenant", default=None, help="With --policy: only this tenant's jobs.")
 @confirm_options
 @click.pass_context
 def purge_command(
-    ctx: click.Context, older_than: float, status: str | None, policy: bool, yes: bool, dry_run: bool
+    ctx: click.Context,
+    older_than: float,
+    status: str | None,
+    policy: bool,
+    tenant: str | None,
+    yes: bool,
+    dry_run: bool,
 ) -> None:
     """Delete finished jobs older than a cutoff, or by the retention policy (``--policy``).
 
     Asks first at a terminal, saying how many jobs would go; refuses when stdin is
     not a terminal unless ``--yes`` is given. ``--dry-run`` prints that count and
-    deletes nothing; with ``--policy``, per queue, task and status.
+    deletes nothing; with ``--policy``, per queue, task and status (``--tenant``: of
+    that tenant's jobs only).
     """
     loader: AppLoader = ctx.obj
+    if tenant is not None and not policy:
+        raise click.UsageError("--tenant needs --policy")
     if policy:
         given = [
             f"--{name.replace('_', '-')}"
@@ -391,7 +401,7 @@ def purge_command(
             raise click.UsageError(f"--policy takes no {' or '.join(given)}: the policy says what to keep")
         from pgtasks.cli.retention import purge_by_policy
 
-        purge_by_policy(loader.get(), yes=yes, dry_run=dry_run)
+        purge_by_policy(loader.get(), yes=yes, dry_run=dry_run, tenant=tenant)
         return
     which = f"finished {status or 'job'}s that ended more than {older_than:g} s ago"
     app = loader.get()

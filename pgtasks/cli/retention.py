@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from pgtasks.cli.common import confirm, interactive, new_console, new_table
+from pgtasks.cli.common import confirm, fail, interactive, new_console, new_table, shown
 from pgtasks.db.retention import RetentionStore
+from pgtasks.errors import PgtasksError
 from pgtasks.maintenance import Retention
 
 if TYPE_CHECKING:
@@ -33,20 +34,30 @@ def format_keep(seconds: float | None) -> str:
     return f"{seconds:g}s"
 
 
-def purge_by_policy(app: App, *, yes: bool, dry_run: bool) -> None:
-    """Show (``dry_run``) or apply, once, what the app's retention policy deletes now.
+def purge_by_policy(app: App, *, yes: bool, dry_run: bool, tenant: str | None = None) -> None:
+    """Show (``dry_run``) or apply, once, what the app's retention policy deletes now
+    (of ``tenant``'s jobs only, when given).
 
     The dry run prints one row per queue, task and final status with the time the
     policy keeps such jobs and how many it would delete, then the total. Otherwise
     the operator confirms (`confirm`) and one retention pass runs (bounded batches,
     as in the workers; it yields to a worker whose pass is running).
 
+    Exits with status 1 and the error when the tenant name is refused (nothing
+    deleted).
+
     Raises:
         click.ClickException: not confirmed (stdin not a terminal, no ``--yes``).
         click.Abort: the operator answered no.
     """
+    if tenant is not None:
+        try:
+            app.tenant(tenant)  # the tenant handle's checks of the name
+        except PgtasksError as exc:
+            fail(exc)
     policy = app.settings.retention
-    retention = Retention(RetentionStore(app.database), policy)
+    retention = Retention(RetentionStore(app.database), policy, tenant=tenant)
+    whose = "" if tenant is None else f" of tenant {tenant}"
     preview = retention.preview() if dry_run or not yes else None
     total = None if preview is None else sum(c.jobs for c in preview)
     if dry_run:
@@ -57,12 +68,12 @@ def purge_by_policy(app: App, *, yes: bool, dry_run: bool) -> None:
             table.add_row(c.queue, c.task_name, c.status, format_keep(keep), str(c.jobs))
         if preview:
             new_console().print(table)
-        click.echo(f"would delete {total} job(s) by the retention policy")
+        click.echo(shown(f"would delete {total} job(s){whose} by the retention policy"))
         return
     if total == 0 and interactive():
-        click.echo("nothing to delete: the retention policy keeps every finished job")
+        click.echo(shown(f"nothing to delete: the retention policy keeps every finished job{whose}"))
         return
-    confirm(f"Delete {total} job(s) by the retention policy?", yes=yes)
+    confirm(f"Delete {total} job(s){whose} by the retention policy?", yes=yes)
     result = retention.run_once()
     click.echo(f"deleted {result.deleted} job(s)")
     if result.yielded:
