@@ -361,6 +361,45 @@ def test_a_role_that_may_not_grant_is_refused_not_told_it_granted(
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(other)))
 
 
+def test_check_by_a_role_outside_the_fleet_fails_instead_of_seeing_no_due_job(
+    setup: dict[str, Any], admin_dsn: str
+) -> None:
+    """With the mode on, a role outside the fleet sees no job at all: ``pgtasks check``
+    run as one (the tables' owner left out of ``--fleet-role``, say) must not report
+    "no due jobs" while a queue without workers holds them; it fails with the database
+    check's code and says why. The fleet role sees the jobs and reports them."""
+    dsn, roles = setup["dsn"], setup["roles"]
+    outsider = f"pgtasks_outsider_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS").format(sql.Identifier(outsider)))
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            who = sql.Identifier(outsider)
+            conn.execute(sql.SQL("GRANT USAGE ON SCHEMA pgtasks, pgtasks_index TO {}").format(who))
+            conn.execute(
+                sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA pgtasks, pgtasks_index TO {}").format(who)
+            )
+
+        def check(role: str) -> tuple[int, dict[str, Any]]:
+            result = CliRunner().invoke(cli, ["--dsn", _as_role(dsn, role), "check", "--json"])
+            return result.exit_code, orjson.loads(result.stdout)
+
+        code, document = check(roles["fleet"])
+        assert code == 12 and document["checks"][2]["details"]["unserved"] == ["work"]
+        code, document = check(outsider)
+        checks = {c["name"]: c for c in document["checks"]}
+        assert code == 10, document
+        assert checks["database"]["status"] == "failed"
+        assert "row-level security" in checks["database"]["summary"]
+        assert outsider in checks["database"]["summary"]
+        assert {checks[n]["status"] for n in ("workers", "stuck_jobs", "max_wait")} == {"skipped"}
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(outsider)))
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(outsider)))
+
+
 def test_cli_status_json_shows_a_role_name_that_could_act_on_a_terminal_as_escapes(
     dsn: str, admin_dsn: str
 ) -> None:

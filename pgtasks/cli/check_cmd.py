@@ -7,7 +7,8 @@ code of the first check that failed, in this order, or 0:
 code  check          fails when
 ====  =============  ===========================================================
 0     (all)          every check passed (or was skipped)
-10    ``database``   the database cannot be reached, or failed while checking
+10    ``database``   the database cannot be reached, or failed while checking, or
+                   hides every job from this role (row-level security, not in the fleet)
 11    ``migrations`` migrations of pgtasks are not applied (``pgtasks migrate``)
 12    ``workers``    a queue has due jobs and no live worker serves it
 13    ``stuck_jobs`` running jobs whose worker's lease expired (or whose worker row is gone)
@@ -170,6 +171,17 @@ def run_checks(
         results.append(CheckResult("migrations", "ok", f"{len(known)} applied, none pending", details))
 
     try:
+        sees_all, role = stores.isolation.sees_every_row()
+    except PgtasksError as exc:
+        return now, _database_failed_mid_way(results, exc)
+    if not sees_all:  # row-level security would hide every job: "no due jobs" would be a lie
+        why = (
+            f"role {role} sees no tenant's jobs: row-level security mode is on and the role "
+            "is not in its fleet (pgtasks rls status); check as a fleet role"
+        )
+        return now, _database_failed_mid_way(results, PgtasksError(why), prefix="")
+
+    try:
         health = stores.jobs.queue_health(queues=queues, now=now)
         stuck = stores.jobs.stuck_past_lease(queues=queues, limit=STUCK_LISTED, now=now)
     except PgtasksError as exc:
@@ -234,14 +246,14 @@ def run_checks(
     return now, results
 
 
-def _database_failed_mid_way(done: list[CheckResult], exc: PgtasksError) -> list[CheckResult]:
+def _database_failed_mid_way(
+    done: list[CheckResult], exc: PgtasksError, *, prefix: str = "the database failed while checking: "
+) -> list[CheckResult]:
     """The database answered the first check and then failed: ``database`` is reported
     failed (exit code 10), the checks done so far stay, the others are skipped."""
     text = _error_text(exc)
     server = done[0].details.get("server")
-    failed = CheckResult(
-        "database", "failed", f"the database failed while checking: {text}", {"server": server, "error": text}
-    )
+    failed = CheckResult("database", "failed", f"{prefix}{text}", {"server": server, "error": text})
     rest = list(EXIT_CODES)[len(done) :]
     return [failed, *done[1:], *(_skipped(name, f"the database failed: {text}") for name in rest)]
 
@@ -268,7 +280,7 @@ _HELP = """Check the deployment's health; the exit code says what is wrong.
 \b
 Exit codes (the first failed check, in this order):
   0   every check passed
-  10  database: cannot be reached (or failed while checking)
+  10  database: cannot be reached, failed while checking, or hides jobs from this role
   11  migrations: pending (run pgtasks migrate)
   12  workers: a queue has due jobs and no live worker
   13  stuck_jobs: running jobs past their worker's lease

@@ -85,6 +85,13 @@ class IsolationStore:
                 )
             return [r["table_name"] for r in rows]
 
+    def sees_every_row(self) -> tuple[bool, str]:
+        """Whether the current role sees every tenant's jobs (the mode does not apply to
+        it, or it is in the fleet), and the role's name."""
+        row = self.database.fetch_one("rls_sees_every_row")
+        assert row is not None
+        return bool(row["sees_every_row"]), str(row["role"])
+
     def status(self) -> list[TableIsolation]:
         """The state of each tenant table, in schema and name order."""
         return [

@@ -1033,6 +1033,20 @@ WHERE NOT (has_table_privilege(%(role)s, t, 'SELECT')
            AND has_table_privilege(%(role)s, t, 'UPDATE'))
 ORDER BY 1;
 
+-- name: rls_sees_every_row
+-- Whether the current role sees every tenant's jobs: row-level security does not apply
+-- to it (mode off, superuser, BYPASSRLS), or it has the rights of a role of the fleet
+-- policy (pg_has_role USAGE: what a policy's TO checks). pgtasks check asks, so that a
+-- role the mode hides every job from does not report "no due jobs".
+SELECT NOT row_security_active('pgtasks.jobs'::regclass)
+    OR EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_policy p, unnest(p.polroles) AS r
+        WHERE p.polrelid = 'pgtasks.jobs'::regclass AND p.polname = 'pgtasks_fleet'
+          AND (r = 0 OR pg_has_role(current_user, r, 'USAGE'))
+    ) AS sees_every_row,
+    current_user::text AS role;
+
 -- name: rls_status
 -- Each tenant table: whether the mode is on, and the roles of its fleet policy.
 SELECT t::text AS table_name,
