@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 from apps.otel_app import QUEUE, SECRET, make_app
+from opentelemetry import propagate
+from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -367,3 +369,33 @@ def test_a_job_whose_trace_headers_are_not_text_runs_in_a_trace_of_its_own(
     (consumer,) = exporter.get_finished_spans()
     assert consumer.kind is SpanKind.CONSUMER and consumer.parent is None
     assert [e.name for e in consumer.events] == ["pgtasks.job.succeeded"]
+
+
+class BrokenPropagator(TextMapPropagator):
+    """A propagator that fails both ways, standing in for a misconfigured one."""
+
+    def inject(self, carrier: Any, context: Any = None, setter: Any = None) -> None:
+        raise RuntimeError("inject broke")
+
+    def extract(self, carrier: Any, context: Any = None, getter: Any = None) -> Any:
+        raise RuntimeError("extract broke")
+
+    @property
+    def fields(self) -> set[str]:
+        return {"traceparent"}
+
+
+def test_an_error_of_tracing_is_logged_and_changes_no_job(
+    otel_app: pgtasks.App, exporter: InMemorySpanExporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    previous = propagate.get_global_textmap()
+    propagate.set_global_textmap(BrokenPropagator())
+    try:
+        result = otel_app.get_task("otel.double").apply_async((7,), headers={"traceparent": "given"})
+        run_worker(otel_app)
+    finally:
+        propagate.set_global_textmap(previous)
+    assert result.get(timeout=10) == 14
+    assert "no span for an enqueue of otel.double" in caplog.text
+    assert f"job {result.id}: no span for its execution" in caplog.text
+    assert of_kind(exporter.get_finished_spans(), SpanKind.CONSUMER) == []

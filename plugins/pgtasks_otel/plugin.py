@@ -32,6 +32,7 @@ can be sensitive.
 from __future__ import annotations
 
 import contextvars
+import logging
 import os
 import threading
 import time
@@ -52,7 +53,7 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
-from pgtasks.context import TaskContext
+from pgtasks.context import Request, TaskContext
 from pgtasks.errors import ConfigurationError
 from pgtasks.plugin_api import hookimpl, redact_text
 
@@ -69,6 +70,8 @@ __all__ = [
     "pgtasks_job_succeeded",
     "pgtasks_worker_started",
 ]
+
+log = logging.getLogger("pgtasks.otel")
 
 #: Name of the instrumentation scope of every span.
 SCOPE: Final = "pgtasks_otel"
@@ -186,7 +189,14 @@ def _inject(span: Span) -> dict[str, str]:
 @hookimpl
 def pgtasks_before_enqueue(task_name: str, options: dict[str, Any], headers: dict[str, Any]) -> None:
     """Open the enqueue's PRODUCER span (or join the bulk enqueue's) and put its trace
-    context into ``headers``."""
+    context into ``headers``. An error of tracing is logged and the enqueue goes on."""
+    try:
+        _start_producer(task_name, options, headers)
+    except Exception:
+        log.exception("no span for an enqueue of %s", task_name)
+
+
+def _start_producer(task_name: str, options: Mapping[str, Any], headers: dict[str, Any]) -> None:
     index = options.get("batch_index", -1)
     if index is not None and index > 0:
         current = _producer.get()
@@ -261,11 +271,34 @@ def pgtasks_worker_started(worker_id: str, queues: list[str], concurrency: int) 
 
 @hookimpl(wrapper=True)
 def pgtasks_execute_job(context: TaskContext) -> Generator[None, Any, Any]:
-    """Run the task inside a CONSUMER span, child of the trace context in the job's headers."""
+    """Run the task inside a CONSUMER span, child of the trace context in the job's headers.
+
+    Tracing never changes how a job ends: an error of its own is logged, and the task
+    runs (untraced, if the span could not be made).
+    """
     config = _config
     if not _tracing(config):
         return (yield)
     request = context.request
+    try:
+        span = _consumer_span(config, request)
+    except Exception:
+        log.exception("job %s: no span for its execution", request.id)
+        span = None
+    if span is None:
+        return (yield)
+    try:
+        with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+            result = yield
+    except BaseException as exc:
+        _body_ended(span, request.id, exc)
+        raise
+    _body_ended(span, request.id, None)
+    return result
+
+
+def _consumer_span(config: OtelConfig, request: Request) -> Span | None:
+    """The attempt's CONSUMER span, started; None from a no-op tracer."""
     # Headers hold any JSON a plugin added; propagators read text, so only text is given.
     carrier = {k: v for k, v in request.headers.items() if isinstance(v, str)}
     parent = propagate.extract(carrier) if carrier else None
@@ -285,35 +318,36 @@ def pgtasks_execute_job(context: TaskContext) -> Generator[None, Any, Any]:
     span = config.tracer.start_span(
         f"process {request.queue}", context=parent, kind=SpanKind.CONSUMER, attributes=attributes
     )
-    if not span.get_span_context().is_valid:  # the no-op tracer
-        return (yield)
-    try:
-        with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
-            result = yield
-    except BaseException as exc:
-        _body_ended(span, request.id, exc)
-        raise
-    _body_ended(span, request.id, None)
-    return result
+    return span if span.get_span_context().is_valid else None
 
 
 def _body_ended(span: Span, job_id: int | None, exc: BaseException | None) -> None:
-    """The task returned or raised: wait for the outcome hooks, or end the span now."""
-    now = time.monotonic()
-    if job_id is not None and os.getpid() in _worker_pids:
-        with _waiting_lock:
-            stale = _overdue(now)
-            _waiting[job_id] = (span, now + OUTCOME_WAIT)
-    else:
-        stale = []
-        if exc is not None:  # no stored, masked record here: the type alone
-            kind = type(exc).__name__
-            span.add_event("exception", {"exception.type": kind})
-            span.set_status(Status(StatusCode.ERROR, kind))
-        span.end()
-    for old in stale:
-        old.set_attribute("pgtasks.job.outcome", "unknown")
-        old.end()
+    """The task returned or raised: wait for the outcome hooks, or end the span now.
+
+    A span still waiting for the same job (its outcome hook never came) and spans past
+    `OUTCOME_WAIT` end here, with ``pgtasks.job.outcome`` unknown.
+    """
+    try:
+        now = time.monotonic()
+        if job_id is not None and os.getpid() in _worker_pids:
+            with _waiting_lock:
+                stale = _overdue(now)
+                previous = _waiting.pop(job_id, None)
+                if previous is not None:
+                    stale.append(previous[0])
+                _waiting[job_id] = (span, now + OUTCOME_WAIT)
+        else:
+            stale = []
+            if exc is not None:  # no stored, masked record here: the type alone
+                kind = type(exc).__name__
+                span.add_event("exception", {"exception.type": kind})
+                span.set_status(Status(StatusCode.ERROR, kind))
+            span.end()
+        for old in stale:
+            old.set_attribute("pgtasks.job.outcome", "unknown")
+            old.end()
+    except Exception:
+        log.exception("job %s: its span could not be ended", job_id)
 
 
 def _overdue(now: float) -> list[Span]:
