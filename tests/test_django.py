@@ -223,10 +223,17 @@ def test_enqueue_joins_atomic_blocks_and_savepoints(shop: str) -> None:
             raise RuntimeError("inner block fails")
     assert _jobs(shop) == [(kept.id, "django_project.shop.tasks.mark_paid", "queued")]
 
+    from pgtasks.contrib.django.models import Job
+
+    with transaction.atomic():  # the ORM reads on Django's connection: it sees its own jobs
+        pending = mark_paid.delay(order.pk)
+        assert Job.objects.get(pk=pending.id).status == "queued"
+        assert pending.id not in [job_id for job_id, _, _ in _jobs(shop)]
+
     with pytest.raises(RuntimeError), transaction.atomic():
         mark_paid.delay_many([(order.pk,), (order.pk,)])
         raise RuntimeError("outer block fails")
-    assert len(_jobs(shop)) == 1
+    assert len(_jobs(shop)) == 2
     assert connection.get_autocommit()
 
 
@@ -256,11 +263,12 @@ def test_an_explicit_connection_wins(shop: str) -> None:
 
 def test_django_tasks_run_on_a_pgtasks_worker(shop: str) -> None:
     from django.utils import timezone
-    from django_project.shop.tasks import add, explode, whoami
+    from django_project.shop.tasks import add, explode, shout, whoami
 
     from pgtasks.contrib.django import get_app
 
     summed = add.enqueue(2, 3)
+    loud = shout.enqueue("hey")
     failing = explode.enqueue("no ink")
     context = whoami.enqueue("ctx")
     later = add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 1)
@@ -290,10 +298,24 @@ def test_django_tasks_run_on_a_pgtasks_worker(shop: str) -> None:
     with pytest.raises(ValueError, match="failed"):
         _ = failed.return_value
 
+    assert shout.get_result(loud.id).return_value == "HEY"
+
     ran = whoami.get_result(context.id)
     assert ran.return_value == {"label": "ctx", "id": context.id, "attempt": 1}
 
     assert add.get_result(later.id).status == "READY"  # not due yet: the burst worker left it
+
+
+def test_backend_options_are_checked(shop: str) -> None:
+    from pgtasks.contrib.django.backend import PgtasksBackend
+
+    backend = PgtasksBackend(
+        "other", {"OPTIONS": {"MAX_RETRIES": 2, "AUTORETRY_FOR": ["builtins.ValueError", KeyError]}}
+    )
+    assert (backend.max_retries, backend.autoretry_for) == (2, (ValueError, KeyError))
+    for options in ({"RETRIES": 1}, {"AUTORETRY_FOR": "builtins.ValueError"}, {"AUTORETRY_FOR": [int]}):
+        with pytest.raises(ConfigurationError):
+            PgtasksBackend("other", {"OPTIONS": options})
 
 
 def test_get_result_of_what_is_no_django_task(shop: str) -> None:

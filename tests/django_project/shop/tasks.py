@@ -55,3 +55,9 @@ def explode(message: str) -> None:
 def whoami(context: TaskContext, label: str) -> dict[str, Any]:
     """Django's task API with the context: the result id and attempt it ran as."""
     return {"label": label, "id": context.task_result.id, "attempt": context.attempt}
+
+
+@task()
+async def shout(text: str) -> str:
+    """Django's task API, a coroutine."""
+    return text.upper()
