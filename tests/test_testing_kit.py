@@ -448,3 +448,10 @@ def test_without_a_dsn_the_embedded_server_is_used(
     (data,) = re.findall(r"SERVER DATA (\S+)", result.stdout.str())
     assert "pgtasks-kit-embedded-" in data
     assert not Path(data).exists()
+
+
+def test_p_no_pgtasks_turns_the_plugin_off(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_off="def test_off(pgtasks_app):\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-p", "no:pgtasks")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*fixture 'pgtasks_app' not found*"])
