@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pgtasks.db import JobStore, Now, ReapedJob
+from pgtasks.db import AnyConnection, HeldTransaction, JobStore, Now, ReapedJob
 from pgtasks.db.errors import first_line, plain_error
 from pgtasks.errors import DatabaseError, SerializationError
 from pgtasks.plugins import call_isolated
@@ -298,6 +298,42 @@ class Completer:
                 log.warning("recording results failed (%s); retrying in %.2fs", exc, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
+        self._after_success(items, ids)
+
+    def succeed_in(self, transaction: HeldTransaction, completion: Completion) -> bool:
+        """Write one success in the job's own transaction (the task's writes,
+        `pgtasks.context.TaskContext.transaction`) and commit both, now, from the
+        calling thread; then as for a batch (``on_written``, hooks).
+
+        Returns:
+            Whether it committed; False when the job was no longer this worker's
+            (the transaction, the task's writes with it, is rolled back).
+
+        Raises:
+            DatabaseError: the write or the commit failed; whether the commit
+                happened is unknown (the caller checks the job).
+        """
+        worker_id = self._owner()
+        base, spans = _spans([completion])
+
+        def write(conn: AnyConnection) -> bool:
+            ids = self.jobs.succeed_batch(
+                worker_id=worker_id,
+                ids=[completion.job_id],
+                results_json=[completion.result_json],
+                base=base,
+                spans=spans,
+                conn=conn,
+            )
+            return bool(ids)
+
+        committed = transaction.commit_with(write)
+        self._after_success([completion], [completion.job_id] if committed else [])
+        return committed
+
+    def _after_success(self, items: list[Completion], ids: Sequence[int]) -> None:
+        """After successes were written: count them, report those no longer held, tell
+        the worker (``on_written``) and the plugins (``pgtasks_job_succeeded``)."""
         done_ids = set(ids)
         lost = {c.job_id for c in items} - done_ids
         self.written += len(done_ids)

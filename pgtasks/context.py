@@ -7,7 +7,8 @@ mirroring Celery's ``self.request`` and ``self.retry()``.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
@@ -16,10 +17,25 @@ from pgtasks.serialization import Undecodable
 from pgtasks.validation import check_retry_countdown
 
 if TYPE_CHECKING:
+    from pgtasks.db import AnyConnection, HeldTransaction
     from pgtasks.ports import Engine
     from pgtasks.task import Task
 
-__all__ = ["CLAIM_COLUMNS", "JobRuntime", "Request", "TaskContext", "request_from_claim", "unreadable_claim"]
+__all__ = [
+    "CLAIM_COLUMNS",
+    "TRANSACTION_NEEDS_THREADS",
+    "JobRuntime",
+    "Request",
+    "TaskContext",
+    "request_from_claim",
+    "unreadable_claim",
+]
+
+#: Why `TaskContext.transaction` is refused in the ``processes`` pool: the parent
+#: writes the outcome, so it cannot commit with a transaction of the child.
+TRANSACTION_NEEDS_THREADS = (
+    "transactional completion (self.transaction()) needs the threads pool; this worker runs -P processes"
+)
 
 
 @dataclass(slots=True)
@@ -163,6 +179,13 @@ class JobRuntime(Protocol):
     def is_cancelled(self, job_id: int) -> bool:
         """Whether cancellation of the job was requested."""
 
+    def job_transaction(self, job_id: int) -> HeldTransaction:
+        """The job's transaction, committed with its success (`TaskContext.transaction`).
+
+        Raises:
+            ConfigurationError: this worker cannot hold one (the processes pool).
+        """
+
 
 class TaskContext:
     """The running job as its task sees it (``self`` of a bound task).
@@ -247,3 +270,38 @@ class TaskContext:
         if self._runtime is None or self.request.id is None:
             return False
         return self._runtime.is_cancelled(self.request.id)
+
+    @contextmanager
+    def transaction(self) -> Iterator[AnyConnection]:
+        """A transaction for the task's own writes that commits together with the job's
+        success: ``with self.transaction() as conn: conn.execute(...)``.
+
+        The block's writes are not committed when it ends. The worker writes the job's
+        success in the same transaction once the task has returned, and commits both:
+        the writes stay exactly when the job succeeded. If the task raises (in the
+        block or after it), is cancelled or times out, or its worker dies, or the job
+        is no longer the worker's when it returns (its lease ran out), nothing of the
+        block stays, and a retry writes afresh. Blocks of one attempt share one
+        transaction. River's ``JobCompleteTx`` and DBOS's transactions give the same
+        guarantee.
+
+        The connection is one of the app's pooled connections (``app.stores``;
+        ``pool_size`` bounds how many jobs hold one at once). Do not commit or roll
+        back on it yourself. Called directly (``task(...)``, not by a worker), the
+        block is an ordinary transaction, committed when it ends.
+
+        Yields:
+            A psycopg connection inside the transaction.
+
+        Raises:
+            ConfigurationError: the job runs in the ``processes`` pool, which cannot
+                hold it (use the threads pool for such tasks).
+            DatabaseError: no pooled connection within the connect timeout, or a
+                statement failed.
+        """
+        if self._runtime is None or self.request.id is None:
+            with self.app.stores.database.transaction() as conn:
+                yield conn
+            return
+        with self._runtime.job_transaction(self.request.id).block() as conn:
+            yield conn

@@ -25,6 +25,7 @@ from pgtasks.db.database import (
     text_array_literal,
     translate_error,
 )
+from pgtasks.db.held import HeldTransaction
 from pgtasks.db.isolation import IsolationStore, TableIsolation
 from pgtasks.db.jobs import CancelRequest, JobStore, NewJob, ReapedJob, StoredJobStatus
 from pgtasks.db.migrations import MigrationStore
@@ -37,6 +38,7 @@ __all__ = [
     "AnyConnection",
     "CancelRequest",
     "Database",
+    "HeldTransaction",
     "IsolationStore",
     "JobStore",
     "MigrationStore",

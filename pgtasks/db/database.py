@@ -35,7 +35,7 @@ from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg import sql as psql
@@ -48,6 +48,9 @@ from psycopg_pool import ConnectionPool
 from pgtasks.errors import ConnectionFailed, DatabaseError
 from pgtasks.serialization import loads_json, undecodable
 from pgtasks.sql import QUERIES
+
+if TYPE_CHECKING:
+    from pgtasks.db.held import HeldTransaction
 
 __all__ = [
     "AnyAsyncConnection",
@@ -445,6 +448,14 @@ class Database:
                 log.warning("pooled connections to %s were cut; replacing them", describe_dsn(self.dsn))
                 pool.check()
             raise
+
+    def held_transaction(self) -> HeldTransaction:
+        """A transaction to keep open across a task's body and commit with its job's
+        outcome (`pgtasks.db.held.HeldTransaction`), on a pooled connection taken at
+        its first statement."""
+        from pgtasks.db.held import HeldTransaction
+
+        return HeldTransaction(self._get_pool(), timeout=self._connect_timeout)
 
     @contextmanager
     def connection(self, conn: AnyConnection | None = None) -> Iterator[AnyConnection]:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from pgtasks.context import Request
+from pgtasks.db import HeldTransaction
 from pgtasks.task import Task
 
 __all__ = ["HeldJob", "ThreadPool", "deliver_pending_exception", "raise_in_thread"]
@@ -47,6 +48,7 @@ class HeldJob:
         "task",
         "terminate",
         "thread_id",
+        "transaction",
     )
 
     def __init__(self, task: Task | None, request: Request) -> None:
@@ -67,6 +69,8 @@ class HeldJob:
         self.soft_limit_fired = False
         self.hard_limit_fired = False
         self.due: float | None = None  # its run-at, Unix seconds on the database clock
+        # The task's own writes, committed with its success (TaskContext.transaction).
+        self.transaction: HeldTransaction | None = None
 
     def __repr__(self) -> str:
         return f"<HeldJob {self.id} started={self.started} finished={self.finished}>"

@@ -29,10 +29,10 @@ from types import FrameType
 from typing import Any
 
 from pgtasks.completion import Outcome
-from pgtasks.context import TaskContext
-from pgtasks.db import JobStore
+from pgtasks.context import TRANSACTION_NEEDS_THREADS, TaskContext
+from pgtasks.db import HeldTransaction, JobStore
 from pgtasks.db.workers import worker_database
-from pgtasks.errors import SoftTimeLimitExceeded
+from pgtasks.errors import ConfigurationError, SoftTimeLimitExceeded
 from pgtasks.serialization import loads_json
 from pgtasks.states import ErrorCode, FailureClass, JobStatus
 from pgtasks.worker.attempt import Success, run_attempt
@@ -281,6 +281,15 @@ class _ChildRuntime:
 
     def is_cancelled(self, job_id: int) -> bool:
         return bool(self.flag.value)
+
+    def job_transaction(self, job_id: int) -> HeldTransaction:
+        """Refused: the parent writes the outcome, so it cannot commit with a
+        transaction of this process.
+
+        Raises:
+            ConfigurationError: always (the attempt fails with it).
+        """
+        raise ConfigurationError(TRANSACTION_NEEDS_THREADS)
 
 
 def _on_alarm(signum: int, frame: FrameType | None) -> None:

@@ -35,12 +35,19 @@ from types import FrameType
 from typing import Any
 
 from pgtasks.completion import Completer, Completion, Outcome
-from pgtasks.context import CLAIM_COLUMNS, Request, TaskContext, request_from_claim, unreadable_claim
-from pgtasks.db import CancelRequest, JobStore, WorkerStore, text_array_literal
+from pgtasks.context import (
+    CLAIM_COLUMNS,
+    TRANSACTION_NEEDS_THREADS,
+    Request,
+    TaskContext,
+    request_from_claim,
+    unreadable_claim,
+)
+from pgtasks.db import CancelRequest, HeldTransaction, JobStore, WorkerStore, text_array_literal
 from pgtasks.db.errors import masked_record
 from pgtasks.db.retention import RetentionStore
 from pgtasks.db.workers import worker_database
-from pgtasks.errors import DatabaseError, TimeLimitExceeded
+from pgtasks.errors import ConfigurationError, DatabaseError, TimeLimitExceeded
 from pgtasks.maintenance import Reaper, ReaperConfig, ReaperResult, Retention
 from pgtasks.plugins import call_isolated
 from pgtasks.ports import Engine
@@ -667,22 +674,26 @@ class Worker:
     def _finish(self, held: HeldJob, outcome: Success | Outcome) -> None:
         """Record how an attempt ended; called from the pool."""
         held.finished = True
+        if held.transaction is not None and not isinstance(outcome, Success):
+            held.transaction.close()  # the task's writes go with the failed attempt
         if self.metrics is not None:
             self._count_finished_metric(held, outcome)
         try:
             if isinstance(outcome, Success):
-                self._completer.add(
-                    Completion(
-                        held.id,
-                        held.request.task_name,
-                        outcome.result_json,
-                        outcome.result,
-                        outcome.runtime,
-                        held.request.lock_key,
-                        None if held.started_at is None else self._clock.at(held.started_at),
-                        self._clock.now(),
-                    )
+                completion = Completion(
+                    held.id,
+                    held.request.task_name,
+                    outcome.result_json,
+                    outcome.result,
+                    outcome.runtime,
+                    held.request.lock_key,
+                    None if held.started_at is None else self._clock.at(held.started_at),
+                    self._clock.now(),
                 )
+                if held.transaction is not None and held.transaction.open:
+                    self._succeed_in_transaction(held, completion)
+                else:
+                    self._completer.add(completion)
             elif outcome.status == JobStatus.QUEUED:  # a retry: batched, as successes are
                 self._completer.add_retry(
                     held.request,
@@ -696,6 +707,8 @@ class Worker:
                     None if held.started_at is None else self._clock.at(held.started_at),
                 )
         finally:
+            if held.transaction is not None:
+                held.transaction.close()  # what the success did not commit is rolled back
             self._held.pop(held.id, None)
             self._count_finished()
             if (
@@ -707,6 +720,27 @@ class Worker:
             limit = self.config.max_tasks_per_child
             if limit is not None and self.config.pool == "threads" and self.processed >= limit:
                 self.request_stop("max-tasks")
+
+    def _succeed_in_transaction(self, held: HeldJob, completion: Completion) -> None:
+        """Commit a success with the task's own writes (`TaskContext.transaction`).
+
+        If the job was no longer this worker's, both are dropped. If the write or the
+        commit fails, the attempt counts as failed with that error (a transient
+        database error retries as the task's policy says); when the commit did happen
+        after all, the job is no longer running and that write changes nothing.
+        """
+        assert held.transaction is not None and held.task is not None
+        try:
+            if not self._completer.succeed_in(held.transaction, completion):
+                log.warning("job %s was no longer this worker's; its transaction was rolled back", held.id)
+        except DatabaseError as exc:
+            log.warning("job %s: committing its success with its writes failed (%s)", held.id, exc)
+            outcome = self._masked(held, decide(exc, held.task.options, held.request))
+            started = None if held.started_at is None else self._clock.at(held.started_at)
+            if outcome.status == JobStatus.QUEUED:
+                self._completer.add_retry(held.request, outcome, started)
+            else:
+                self._completer.set_state_if_running(held.request, outcome, started)
 
     def _count_finished_metric(self, held: HeldJob, outcome: Success | Outcome) -> None:
         """Count an attempt's end in the metrics (``--metrics-port`` only)."""
@@ -792,6 +826,24 @@ class Worker:
         """Whether cancellation of a held job was requested."""
         held = self._held.get(job_id)
         return held is not None and held.cancelled
+
+    def job_transaction(self, job_id: int) -> HeldTransaction:
+        """The held job's transaction for its task's writes (`TaskContext.transaction`),
+        opened on the app's pool at its first statement; `_finish` commits it with
+        the job's success or rolls it back.
+
+        Raises:
+            ConfigurationError: the processes pool (the task runs in a child process,
+                which cannot hand its transaction to this one), or the job is not held.
+        """
+        if self.config.pool != "threads":
+            raise ConfigurationError(TRANSACTION_NEEDS_THREADS)
+        held = self._held.get(job_id)
+        if held is None:
+            raise ConfigurationError(f"job {job_id} is not held by this worker")
+        if held.transaction is None:
+            held.transaction = self.app.stores.database.held_transaction()
+        return held.transaction
 
     # -- events ----------------------------------------------------------------------
 

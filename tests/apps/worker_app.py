@@ -49,6 +49,11 @@ CREATE TABLE IF NOT EXISTS public.ledger (
 );
 CREATE INDEX IF NOT EXISTS ledger_job_idx ON public.ledger (job_id);
 CREATE TABLE IF NOT EXISTS public.flags (name text PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS public.tx_docs (
+    job_id  bigint NOT NULL,
+    attempt integer NOT NULL,
+    note    text NOT NULL
+);
 """
 
 _local = threading.local()
@@ -97,6 +102,12 @@ def flag_set(ctx: TaskContext, name: str) -> bool:
     return row is not None
 
 
+def _ledger_has(ctx: TaskContext) -> bool:
+    """Whether the job has a ledger entry already (an earlier run of its body)."""
+    query = "SELECT 1 FROM public.ledger WHERE job_id = %s"
+    return _conn(ctx.app.stores.database.dsn).execute(query, (ctx.request.id,)).fetchone() is not None
+
+
 def make_app(dsn: str | None = None) -> pgtasks.App:
     """The test app with every task below (``dsn`` None: from ``PGTASKS_DSN``)."""
     app = pgtasks.App("worker-tests", dsn=dsn, load_entry_points=False)
@@ -118,6 +129,26 @@ def make_app(dsn: str | None = None) -> pgtasks.App:
 
     app.task(name="w.block", bind=True, max_retries=3)(_block)
     app.task(name="w.block_once", bind=True, max_retries=3, retry_on_worker_lost=False)(_block)
+
+    @app.task(name="w.tx_write", bind=True, max_retries=2, autoretry_for=(ValueError,), default_retry_delay=0)
+    def tx_write(self: TaskContext, note: str, fail_attempts: int = 0, hold_flag: str | None = None) -> str:
+        """Write a row of ``public.tx_docs`` with transactional completion. Attempts up to
+        ``fail_attempts`` raise after the block; with ``hold_flag`` the first run of the
+        body (whatever its attempt number: a start the worker had not recorded when it
+        died does not count as an attempt), after its block, notes itself in the
+        ledger and waits for the flag."""
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO public.tx_docs (job_id, attempt, note) VALUES (%s, %s, %s)",
+                (self.request.id, self.request.attempt, note),
+            )
+        if hold_flag is not None and not _ledger_has(self):
+            ledger_start(self, "written, not committed")
+            while not flag_set(self, hold_flag):
+                time.sleep(0.05)
+        if self.request.attempt <= fail_attempts:
+            raise ValueError(f"attempt {self.request.attempt} fails after its block")
+        return note.upper()
 
     @app.task(name="w.fail", bind=True, autoretry_for=(ValueError,), default_retry_delay=0)
     def fail(self: TaskContext) -> None:
