@@ -41,7 +41,7 @@ def examples(path: Path) -> list[Example]:
         Example(
             line=text.count("\n", 0, m.start("code")) + 1,
             marker=m.group("marker"),
-            reason=m.group("reason").strip(),
+            reason=(m.group("reason") or "").strip(),
             code=m.group("code"),
         )
         for m in BLOCK.finditer(text)
