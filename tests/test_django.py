@@ -298,7 +298,10 @@ def test_django_tasks_run_on_a_pgtasks_worker(shop: str) -> None:
     with pytest.raises(ValueError, match="failed"):
         _ = failed.return_value
 
-    assert shout.get_result(loud.id).return_value == "HEY"
+    shouted: object = shout.get_result(
+        loud.id
+    ).return_value  # typed as the coroutine; the value is its result
+    assert shouted == "HEY"
 
     ran = whoami.get_result(context.id)
     assert ran.return_value == {"label": "ctx", "id": context.id, "attempt": 1}
@@ -330,6 +333,7 @@ def test_get_result_of_what_is_no_django_task(shop: str) -> None:
 
 
 def test_django_task_arguments_are_checked_at_enqueue(shop: str) -> None:
+    from django.utils import timezone
     from django_project.shop.tasks import add
 
     from pgtasks.errors import SerializationError
@@ -338,6 +342,8 @@ def test_django_task_arguments_are_checked_at_enqueue(shop: str) -> None:
         add.enqueue(1)  # type: ignore[call-arg]  # a missing argument
     with pytest.raises(SerializationError):
         add.enqueue(object(), 1)  # type: ignore[arg-type]
+    with pytest.raises(SerializationError, match="JSON"):
+        add.enqueue(timezone.now(), 1)  # type: ignore[arg-type]  # pgtasks stores it; Django refuses it
     assert _jobs(shop) == []
 
 

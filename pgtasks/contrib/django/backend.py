@@ -35,7 +35,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from pgtasks.contrib.django.core import get_app
-from pgtasks.errors import ConfigurationError, JobNotFound
+from pgtasks.errors import ConfigurationError, JobNotFound, SerializationError
 from pgtasks.records import Attempt, Job
 from pgtasks.states import JobStatus
 
@@ -206,28 +206,34 @@ class PgtasksBackend(BaseTaskBackend):
 
         Raises:
             InvalidTaskError: as `validate_task`.
-            ConfigurationError: arguments that do not fit the function, a naive
-                ``run_after``; SerializationError: an argument that is not JSON-safe.
+            ConfigurationError: arguments that do not fit the function.
+            SerializationError: an argument that is not a JSON value (Django's
+                rule; a datetime, say) or cannot round-trip exactly; nothing is written.
         """
         self.validate_task(task)
+        try:  # Django's TaskResult keeps JSON values only: refuse others before writing
+            result: TaskResult[Any] = TaskResult(
+                task=task,
+                id="",
+                status=TaskResultStatus.READY,
+                enqueued_at=None,
+                started_at=None,
+                finished_at=None,
+                last_attempted_at=None,
+                args=list(args),
+                kwargs=dict(kwargs),
+                backend=self.alias,
+                errors=[],
+                worker_ids=[],
+            )
+        except (TypeError, ValueError) as exc:
+            raise SerializationError("args", f"Django tasks take JSON values only ({exc})") from exc
         options: dict[str, Any] = {"queue": task.queue_name, "priority": task.priority}
         if task.run_after is not None:
             options["eta"] = task.run_after
         job = self._pgtasks_task(task).apply_async(args=tuple(args), kwargs=dict(kwargs), **options)
-        result: TaskResult[Any] = TaskResult(
-            task=task,
-            id=str(job.id),
-            status=TaskResultStatus.READY,
-            enqueued_at=timezone.now(),
-            started_at=None,
-            finished_at=None,
-            last_attempted_at=None,
-            args=list(args),
-            kwargs=dict(kwargs),
-            backend=self.alias,
-            errors=[],
-            worker_ids=[],
-        )
+        object.__setattr__(result, "id", str(job.id))
+        object.__setattr__(result, "enqueued_at", timezone.now())
         task_enqueued.send(type(self), task_result=result)
         return result
 
