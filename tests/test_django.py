@@ -237,6 +237,22 @@ def test_enqueue_joins_atomic_blocks_and_savepoints(shop: str) -> None:
     assert connection.get_autocommit()
 
 
+def test_a_tenant_handle_enqueues_in_the_same_transaction(shop: str) -> None:
+    from django.db import transaction
+
+    from pgtasks.contrib.django import get_app
+
+    acme = get_app().tenant("acme")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        acme.send_task("django_project.shop.tasks.mark_paid", args=(1,))
+        raise RuntimeError("rolled back")
+    assert _jobs(shop) == []
+    with transaction.atomic():
+        kept = acme.send_task("django_project.shop.tasks.mark_paid", args=(2,))
+    assert [job.id for job in acme.list_jobs()] == [kept.id]
+    assert get_app().tenant("other").list_jobs() == []
+
+
 def test_enqueue_outside_atomic_commits_at_once(shop: str) -> None:
     from django.db import connection
     from django_project.shop.tasks import mark_paid
