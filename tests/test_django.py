@@ -513,21 +513,31 @@ def test_manage_py_pgtasks_worker_in_its_own_process(shop: str) -> None:
     assert add.get_result(summed.id).return_value == 42
 
 
-def test_migrate_applies_pgtasks_schema(project: str, empty_dsn: str) -> None:
-    """Django's ``migrate`` on a database without pgtasks (as Django's test runner makes
-    one) creates pgtasks' schema there."""
+def test_migrate_applies_pgtasks_schema_and_the_app_follows_the_database(shop: str, empty_dsn: str) -> None:
+    """Django's test runner renames the database and runs ``migrate`` there: pgtasks'
+    schema is created in it, and the app reads its jobs where Django writes them."""
     from django.core.management import call_command
     from django.db import connection
+    from django_project.shop.tasks import mark_paid
 
-    params = psycopg.conninfo.conninfo_to_dict(empty_dsn)
+    from pgtasks.contrib.django import get_app
+
+    other = psycopg.conninfo.conninfo_to_dict(empty_dsn)["dbname"]
     saved = dict(connection.settings_dict)
     connection.close()
-    connection.settings_dict["NAME"] = params["dbname"]
+    connection.settings_dict["NAME"] = other
     try:
         call_command("migrate", "pgtasks", verbosity=0)
+        assert f"dbname={other}" in str(get_app().settings.dsn)
+        moved = mark_paid.delay(1)  # on Django's connection, in the other database
+        assert get_app().get_job(moved.id).task_name == "django_project.shop.tasks.mark_paid"
+        assert _jobs(shop) == []
     finally:
         connection.close()
         connection.settings_dict.update(saved)
     with psycopg.connect(empty_dsn) as conn:
-        row = conn.execute("SELECT to_regclass('pgtasks.jobs') IS NOT NULL").fetchone()
-    assert row == (True,)
+        row = conn.execute("SELECT count(*) FROM pgtasks.jobs").fetchone()
+    assert row == (1,)
+    connection.ensure_connection()
+    assert f"dbname={saved['NAME']}" in str(get_app().settings.dsn)  # back with Django
+    get_app().close()

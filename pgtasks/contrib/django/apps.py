@@ -7,7 +7,8 @@ from django.utils.module_loading import autodiscover_modules
 
 
 class PgtasksConfig(AppConfig):
-    """Checks ``settings.PGTASKS`` and imports ``tasks.py`` of every installed app at start-up.
+    """Checks ``settings.PGTASKS``, imports ``tasks.py`` of every installed app at start-up,
+    and has the app follow its Django database's settings (`follow_django_database`).
 
     Raises:
         ConfigurationError: (in ``ready``) a bad ``PGTASKS`` setting.
@@ -19,9 +20,13 @@ class PgtasksConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Read the settings (a mistake fails the start) and autodiscover the task modules."""
-        from pgtasks.contrib.django.core import loaded_settings
+        """Read the settings (a mistake fails the start), connect the receiver, and
+        autodiscover the task modules."""
+        from django.db.backends.signals import connection_created
+
+        from pgtasks.contrib.django.core import follow_django_database, loaded_settings
 
         conf = loaded_settings()
+        connection_created.connect(follow_django_database, dispatch_uid="pgtasks.follow_django_database")
         if conf.autodiscover:
             autodiscover_modules(conf.tasks_module)

@@ -30,6 +30,7 @@ __all__ = [
     "DjangoApp",
     "DjangoEnqueuer",
     "django_connection",
+    "follow_django_database",
     "get_app",
     "loaded_settings",
     "migrate_database",
@@ -119,10 +120,30 @@ class DjangoApp(App):
         dsn: str | None,
         *,
         django_database: str | None = "default",
+        follow_django: bool = False,
         load_entry_points: bool | None = None,
     ) -> None:
         self.django_database = django_database
+        #: Whether the DSN is that of Django's database, and follows it when its
+        #: settings change (`follow_django_database`).
+        self.follow_django = follow_django and django_database is not None
         super().__init__(name, dsn, load_entry_points=load_entry_points)
+
+
+def follow_django_database(sender: object, connection: Any, **kwargs: Any) -> None:
+    """Django's ``connection_created`` receiver: when Django opens a connection of the
+    app's database with other settings than the app's DSN, point the app there
+    (`pgtasks.App.use_database`), so that jobs and their results are read where they
+    are written. Django's test runner does this: it renames each database to its test
+    database (``test_<NAME>``, and one per process in parallel runs) before the tests.
+    Only an app whose DSN comes from Django's settings follows (no ``PGTASKS["DSN"]``).
+    """
+    app = _built.get("app")
+    if app is None or not app.follow_django or connection.alias != app.django_database:
+        return
+    dsn = dsn_of_database(connection.settings_dict)
+    if dsn != app.settings.dsn:
+        app.use_database(dsn)
 
 
 def loaded_settings() -> DjangoSettings:
@@ -187,6 +208,7 @@ def get_app() -> DjangoApp:
                 conf.app_name,
                 dsn,
                 django_database=conf.database,
+                follow_django=conf.dsn is None,
                 load_entry_points=conf.load_entry_points,
             )
         return _built["app"]
