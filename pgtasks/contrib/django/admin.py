@@ -85,8 +85,21 @@ class JobAdmin(_ReadOnly):
     )  # fmt: skip
     readonly_fields = fields
 
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Job | None:
+        """The job of a page, with what the page shows of its data read once (`_masked`)."""
+        obj = super().get_object(request, object_id, from_field)
+        if obj is not None:
+            obj._pgtasks_masked = self._read_masked(obj)
+        return obj
+
     def _masked(self, obj: Job) -> dict[str, str]:
-        """What the page shows of the job's data, masked; read through pgtasks."""
+        """What the page shows of the job's data, masked (read by `get_object`)."""
+        masked = getattr(obj, "_pgtasks_masked", None)
+        return masked if masked is not None else self._read_masked(obj)
+
+    def _read_masked(self, obj: Job) -> dict[str, str]:
+        """The job's arguments, result, progress, error and traceback, read through
+        pgtasks and masked."""
         try:
             job = get_app().get_job(obj.id)
         except PgtasksError:
