@@ -5,6 +5,7 @@ from a real worker process and checked against the database and the tasks' side 
 from __future__ import annotations
 
 import re
+import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -217,3 +218,33 @@ def test_a_port_in_use_is_a_configuration_error() -> None:
 def test_bad_metrics_settings_are_configuration_errors(kwargs: dict[str, Any], needle: str) -> None:
     with pytest.raises(ConfigurationError, match=needle):
         WorkerConfig(**kwargs)
+
+
+def test_counts_from_many_threads_add_up() -> None:
+    """Each thread counts in numbers of its own; a scrape sums them, buckets included."""
+    metrics = WorkerMetrics(worker_id="h:1:cccccc", pool="threads", tenants=False, held=list)
+
+    def work(n: int) -> None:
+        for i in range(n):
+            metrics.job_started("t.a", "default", "", 0.02 if i % 2 else 2.0)
+            metrics.job_finished("t.a", "default", "", "retried" if i % 4 == 0 else "succeeded", 0.004)
+
+    threads = [threading.Thread(target=work, args=(10_000,)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    samples: Samples = {}
+    for family in text_string_to_metric_families(_text(metrics)):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    assert total(samples, "pgtasks_worker_jobs_started_total") == 40_000
+    assert total(samples, "pgtasks_worker_jobs_finished_total", outcome="retried") == 10_000
+    assert total(samples, "pgtasks_worker_jobs_finished_total", outcome="succeeded") == 30_000
+    assert total(samples, "pgtasks_worker_job_retries_total") == 10_000
+    assert total(samples, "pgtasks_worker_job_wait_seconds_bucket", le="0.025") == 20_000
+    assert total(samples, "pgtasks_worker_job_wait_seconds_bucket", le="1.0") == 20_000
+    assert total(samples, "pgtasks_worker_job_wait_seconds_bucket", le="2.5") == 40_000
+    assert total(samples, "pgtasks_worker_job_wait_seconds_count") == 40_000
+    assert total(samples, "pgtasks_worker_job_run_seconds_bucket", le="0.005") == 40_000
+    assert total(samples, "pgtasks_worker_job_run_seconds_sum") == pytest.approx(160.0)

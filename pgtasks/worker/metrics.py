@@ -12,8 +12,16 @@ not the process-wide default), so several workers in one process, and tests,
 do not share counters. Label values are bounded by the code: task and queue
 names; the tenant only when asked (``--metrics-tenants``: one series per tenant
 the worker serves); never a job id, an argument or an error message (so no
-masked value either). The hot path pays a dictionary look-up and a counter
-increment per event; the gauges are read only when scraped.
+masked value either).
+
+The per-job numbers (jobs started and finished, retries, run and wait times) are
+on the hot path: each thread adds them to plain numbers of its own (`_JobTally`;
+no lock; 1.4 microseconds per job measured), which a scrape sums up. With
+prometheus_client's own counters and histograms they cost about 6 microseconds
+per job (a lock per value, a Python loop over the buckets), a tenth of a no-op
+job's whole cost in the worker. Events per claim, per reaper run or per
+reconnection use prometheus_client's metrics; the gauges are read only when
+scraped.
 
 Metric names follow Prometheus' naming guide (``<namespace>_<name>_<unit>``,
 ``_total`` for counters): https://prometheus.io/docs/practices/naming/
@@ -22,7 +30,8 @@ Metric names follow Prometheus' naming guide (``<namespace>_<name>_<unit>``,
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pgtasks.errors import ConfigurationError
@@ -42,6 +51,110 @@ DURATION_BUCKETS = (
 CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 #: Values of the ``outcome`` label of ``pgtasks_worker_jobs_finished_total``.
 OUTCOMES = ("succeeded", "retried", "failed", "cancelled", "partial_failure")
+
+
+# Fields of a `_JobTally` record (one list per label set), then the buckets of the wait
+# and run histograms (one more than DURATION_BUCKETS: +Inf), then one count per outcome.
+_STARTED, _RETRIES, _WAIT_COUNT, _WAIT_SUM, _RUN_COUNT, _RUN_SUM = range(6)
+_WAIT_BUCKETS = 6
+_RUN_BUCKETS = _WAIT_BUCKETS + len(DURATION_BUCKETS) + 1
+_OUTCOME_AT = {o: _RUN_BUCKETS + len(DURATION_BUCKETS) + 1 + i for i, o in enumerate(OUTCOMES)}
+_RECORD = _RUN_BUCKETS + len(DURATION_BUCKETS) + 1 + len(OUTCOMES)
+_BOUNDS = [*DURATION_BUCKETS]
+
+
+class _JobTally:
+    """The per-job metrics, counted by each thread in numbers of its own and summed
+    when scraped (a `prometheus_client` collector).
+
+    A thread's first event registers its store (under a lock, once); after that it
+    only changes its own lists, so threads never wait for each other. A scrape reads
+    every store (CPython copies a list or a dict's items without letting another
+    thread run in between) and adds them up: a count may be a job behind, never
+    wrong.
+
+    Args:
+        labels: the label names of a record's key (``task``, ``queue`` [, ``tenant``]).
+    """
+
+    def __init__(self, labels: tuple[str, ...]) -> None:
+        self.labels = labels
+        self._local = threading.local()
+        self._stores: list[dict[tuple[str, ...], list[float]]] = []
+        self._lock = threading.Lock()
+
+    def record(self, key: tuple[str, ...]) -> list[float]:
+        """This thread's record of ``key`` (made on first use)."""
+        store: dict[tuple[str, ...], list[float]] | None = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = {}
+            with self._lock:
+                self._stores.append(store)
+        record = store.get(key)
+        if record is None:
+            record = store[key] = [0.0] * _RECORD
+        return record
+
+    def _totals(self) -> dict[tuple[str, ...], list[float]]:
+        with self._lock:
+            stores = list(self._stores)
+        totals: dict[tuple[str, ...], list[float]] = {}
+        for store in stores:
+            for key, record in list(store.items()):
+                values = record[:]
+                total = totals.get(key)
+                if total is None:
+                    totals[key] = values
+                else:
+                    totals[key] = [a + b for a, b in zip(total, values, strict=True)]
+        return totals
+
+    def collect(self) -> Iterator[Any]:
+        """The per-job metric families, summed over the threads."""
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+        labels = list(self.labels)
+        started = CounterMetricFamily(
+            "pgtasks_worker_jobs_started", "Jobs whose body this worker started.", labels=labels
+        )
+        finished = CounterMetricFamily(
+            "pgtasks_worker_jobs_finished",
+            "Attempts this worker finished, by outcome (succeeded, retried, failed, cancelled, "
+            "partial_failure).",
+            labels=[*labels, "outcome"],
+        )
+        retries = CounterMetricFamily(
+            "pgtasks_worker_job_retries", "Failed attempts this worker sent back to the queue.", labels=labels
+        )
+        run = HistogramMetricFamily(
+            "pgtasks_worker_job_run_seconds", "Seconds a job's body ran (any outcome).", labels=labels
+        )
+        wait = HistogramMetricFamily(
+            "pgtasks_worker_job_wait_seconds",
+            "Seconds from a job's due time (run-at) to its body's start.",
+            labels=labels,
+        )
+        for key, r in sorted(self._totals().items()):
+            values = list(key)
+            started.add_metric(values, r[_STARTED])
+            retries.add_metric(values, r[_RETRIES])
+            for outcome, at in _OUTCOME_AT.items():
+                if r[at]:
+                    finished.add_metric([*values, outcome], r[at])
+            run.add_metric(values, _buckets(r, _RUN_BUCKETS), r[_RUN_SUM])
+            wait.add_metric(values, _buckets(r, _WAIT_BUCKETS), r[_WAIT_SUM])
+        yield from (started, finished, retries, run, wait)
+
+
+def _buckets(record: list[float], first: int) -> list[tuple[str, float]]:
+    """A histogram's cumulative buckets as `HistogramMetricFamily` takes them."""
+    buckets: list[tuple[str, float]] = []
+    count = 0.0
+    for i, bound in enumerate(DURATION_BUCKETS):
+        count += record[first + i]
+        buckets.append((repr(float(bound)), count))
+    buckets.append(("+Inf", count + record[first + len(DURATION_BUCKETS)]))
+    return buckets
 
 
 class WorkerMetrics:
@@ -68,28 +181,8 @@ class WorkerMetrics:
         Info("pgtasks_worker", "The worker serving these metrics.", registry=registry).info(
             {"worker_id": worker_id, "pool": pool}
         )
-        self._started = Counter(
-            "pgtasks_worker_jobs_started", "Jobs whose body this worker started.", labels, registry=registry
-        )
-        self._finished = Counter(
-            "pgtasks_worker_jobs_finished",
-            "Attempts this worker finished, by outcome (succeeded, retried, failed, cancelled, "
-            "partial_failure).",
-            (*labels, "outcome"),
-            registry=registry,
-        )
-        self._retries = Counter(
-            "pgtasks_worker_job_retries", "Failed attempts this worker sent back to the queue.", labels,
-            registry=registry,
-        )  # fmt: skip
-        self._run = Histogram(
-            "pgtasks_worker_job_run_seconds", "Seconds a job's body ran (any outcome).", labels,
-            buckets=DURATION_BUCKETS, registry=registry,
-        )  # fmt: skip
-        self._wait = Histogram(
-            "pgtasks_worker_job_wait_seconds", "Seconds from a job's due time (run-at) to its body's start.",
-            labels, buckets=DURATION_BUCKETS, registry=registry,
-        )  # fmt: skip
+        self._jobs = _JobTally(labels)
+        registry.register(self._jobs)
         self._reaped = Counter(
             "pgtasks_worker_reaped_jobs",
             "Jobs of lost workers this worker's reaper recovered, by what became of them (requeued, failed).",
@@ -142,20 +235,25 @@ class WorkerMetrics:
 
     def job_started(self, task: str, queue: str, tenant: str, wait: float | None) -> None:
         """A job's body started, ``wait`` seconds after it was due (None: unknown)."""
-        labels = self._job_labels(task, queue, tenant)
-        self._child(self._started, *labels).inc()
+        r = self._jobs.record(self._job_labels(task, queue, tenant))
+        r[_STARTED] += 1
         if wait is not None:
-            self._child(self._wait, *labels).observe(max(0.0, wait))
+            wait = max(0.0, wait)
+            r[_WAIT_COUNT] += 1
+            r[_WAIT_SUM] += wait
+            r[_WAIT_BUCKETS + bisect_left(_BOUNDS, wait)] += 1
 
     def job_finished(self, task: str, queue: str, tenant: str, outcome: str, runtime: float | None) -> None:
         """An attempt ended with ``outcome`` (one of `OUTCOMES`) after ``runtime``
         seconds of its body (None: it never started)."""
-        labels = self._job_labels(task, queue, tenant)
-        self._child(self._finished, *labels, outcome).inc()
+        r = self._jobs.record(self._job_labels(task, queue, tenant))
+        r[_OUTCOME_AT[outcome]] += 1
         if outcome == "retried":
-            self._child(self._retries, *labels).inc()
+            r[_RETRIES] += 1
         if runtime is not None:
-            self._child(self._run, *labels).observe(runtime)
+            r[_RUN_COUNT] += 1
+            r[_RUN_SUM] += runtime
+            r[_RUN_BUCKETS + bisect_left(_BOUNDS, runtime)] += 1
 
     def claimed(self, kind: str, seconds: float, jobs: int) -> None:
         """A claim (``batch`` or ``named``) took ``seconds`` and returned ``jobs``."""
