@@ -28,6 +28,7 @@ from pgtasks.errors import (
     AlreadyQueued,
     ConfigurationError,
     ConnectionFailed,
+    DatabaseError,
     JobNotFound,
     PgtasksError,
     ResultTimeout,
@@ -223,6 +224,27 @@ def test_a_sync_connection_still_works_and_other_objects_are_refused(
 
     assert aapp.get_job(asyncio.run(main())).args == [6]
     assert _count(conn) == 1
+
+
+def test_a_broken_callers_connection_gives_a_database_error(
+    aapp: pgtasks.App, dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    ocr = aapp.get_task("t.ocr")
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                await aconn.execute("SELECT 1 / 0")
+            with pytest.raises(DatabaseError, match="aborted"):  # the caller's transaction had failed
+                await ocr.apply_async_async((1,), connection=aconn)
+        closed = await psycopg.AsyncConnection.connect(dsn)
+        await closed.close()
+        with pytest.raises(DatabaseError, match="closed") as lost:
+            await ocr.apply_async_async((2,), connection=closed)
+        assert lost.value.transient
+
+    asyncio.run(main())
+    assert _count(conn) == 0
 
 
 def test_the_sync_enqueue_refuses_an_async_connection_and_names_the_async_call(

@@ -123,6 +123,18 @@ def test_a_tenant_sees_only_its_own_documents(client: TestClient) -> None:
     assert client.post("/documents", files={"file": ("a.txt", b"a")}).status_code == 422  # no tenant header
 
 
+def test_a_long_file_name_is_refused_and_an_odd_one_is_read(
+    client: TestClient, tasks: pgtasks.App, conn: psycopg.Connection[Any]
+) -> None:
+    refused = client.post("/documents", headers=ACME, files={"file": ("x" * 300 + ".txt", b"text")})
+    assert refused.status_code == 400
+    assert "255 characters" in refused.json()["detail"]
+    assert _counts(conn) == (0, 0)
+    odd = client.post("/documents", headers=ACME, files={"file": ("..", b"dot dot")}).json()
+    assert _run_worker(tasks) == 0
+    assert client.get(f"/documents/{odd['document_id']}", headers=ACME).json()["text"] == "dot dot"
+
+
 @pytest.mark.skipif(not (CORPUS / "simple.pdf").is_file(), reason="the shared corpus is not there")
 def test_a_pdf_and_a_bad_file_end_as_the_ocr_layer_says(tasks: pgtasks.App) -> None:
     with TestClient(create_api(tasks)) as client:  # the default quota

@@ -46,6 +46,7 @@ from pgtasks.errors import ConfigurationError, JobNotFound, Reject, ResultTimeou
 __all__ = [
     "DDL",
     "DEFAULT_QUOTA_BYTES",
+    "MAX_NAME_LENGTH",
     "MAX_UPLOAD_BYTES",
     "create_api",
     "make_tasks",
@@ -69,6 +70,8 @@ CREATE TABLE IF NOT EXISTS example_uploads.documents (
 
 #: Largest upload accepted, in bytes.
 MAX_UPLOAD_BYTES: Final = 20 * 1024 * 1024
+#: Longest file name accepted, in characters.
+MAX_NAME_LENGTH: Final = 255
 #: Bytes of documents a tenant may store, unless `create_api` is told otherwise.
 DEFAULT_QUOTA_BYTES: Final = 200 * 1024 * 1024
 
@@ -113,7 +116,9 @@ def make_tasks(dsn: str | None = None) -> pgtasks.App:
 def _extract(name: str, content: bytes) -> pgtasks_ocr.ExtractedText:
     """The text of an uploaded file (its name matters only for ``.eml``), through a
     private temporary folder: the OCR layer reads files, and only from its roots."""
-    safe = Path(name).name.strip() or "upload"
+    safe = Path(name).name.strip()
+    if safe in ("", ".", ".."):
+        safe = "upload"
     with tempfile.TemporaryDirectory(prefix="pgtasks-upload-") as folder:
         path = Path(folder) / safe
         path.write_bytes(content)
@@ -184,6 +189,8 @@ def create_api(
         if len(content) > MAX_UPLOAD_BYTES:
             raise HTTPException(413, f"a document may have at most {MAX_UPLOAD_BYTES} bytes")
         name = file.filename or "upload"
+        if "\x00" in name or len(name) > MAX_NAME_LENGTH:
+            raise HTTPException(400, f"a file name has at most {MAX_NAME_LENGTH} characters and no NUL")
         async with pool.connection() as aconn, aconn.transaction():
             cur = await aconn.execute(
                 "INSERT INTO example_uploads.documents (tenant, name, content)"
