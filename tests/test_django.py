@@ -402,6 +402,15 @@ def test_admin_retries_and_cancels_jobs_through_pgtasks(shop: str) -> None:
     assert listing.status_code == 200
     assert b"django_project.shop.tasks.charge_card" in listing.content
 
+    def listed(page: Any) -> set[int]:
+        return {
+            i for i in (declined.id, queued.id) if f"/admin/pgtasks/job/{i}/change/".encode() in page.content
+        }
+
+    assert listed(listing) == {declined.id, queued.id}
+    assert listed(client.get("/admin/pgtasks/job/", {"status": "failed"})) == {declined.id}
+    assert listed(client.get("/admin/pgtasks/job/", {"q": "emails"})) == {declined.id}
+
     page = client.get(f"/admin/pgtasks/job/{declined.id}/change/")
     assert page.status_code == 200
     assert b"hunter2-secret" not in page.content  # the argument and the error's text, masked

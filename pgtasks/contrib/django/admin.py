@@ -1,6 +1,6 @@
 """Admin pages for pgtasks' jobs and schedules, with pgtasks' operator actions.
 
-Jobs: list, filter by status, queue and tenant, search by task name; a job's page
+Jobs: list, filter by status, search by exact task name, queue or tenant; a job's page
 shows its arguments, result, progress, error and traceback masked as ``pgtasks jobs
 show`` masks them (`pgtasks.redaction`: the task's sensitive parameters and
 ``redact``, the built-in secret names, secrets in error text). Actions: **retry**
@@ -27,8 +27,9 @@ from pgtasks.contrib.django.core import get_app
 from pgtasks.contrib.django.models import Job, Schedule
 from pgtasks.errors import PgtasksError
 from pgtasks.redaction import Redactor, redact_data
+from pgtasks.states import JobStatus
 
-__all__ = ["JobAdmin", "ScheduleAdmin"]
+__all__ = ["JobAdmin", "ScheduleAdmin", "StatusFilter"]
 
 
 def _redactor(task_name: str) -> Redactor:
@@ -68,13 +69,30 @@ class _ReadOnly(admin.ModelAdmin):  # type: ignore[type-arg]
         return obj is None and super().has_change_permission(request)
 
 
+class StatusFilter(admin.SimpleListFilter):
+    """Jobs by status: the choices are `pgtasks.JobStatus`, not a ``DISTINCT`` over the table."""
+
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        """Every status a job can have."""
+        return [(s.value, s.value) for s in JobStatus]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """The jobs of the chosen status, or all."""
+        value = self.value()
+        return queryset.filter(status=value) if value else queryset
+
+
 @admin.register(Job)
 class JobAdmin(_ReadOnly):
     """Jobs (see the module docstring)."""
 
     list_display = ("id", "task_name", "queue", "tenant", "status", "attempt", "run_at", "finished_at")
-    list_filter = ("status", "queue", "tenant")
-    search_fields = ("task_name",)
+    list_filter = (StatusFilter,)
+    # Exact names (indexable), not Django's default substring search over the whole table.
+    search_fields = ("=task_name", "=queue", "=tenant")
     show_full_result_count = False  # a count(*) over a large jobs table on every page
     actions = ("retry_jobs", "cancel_jobs")
     fields = (
