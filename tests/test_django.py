@@ -429,6 +429,18 @@ def test_admin_retries_and_cancels_jobs_through_pgtasks(shop: str) -> None:
     ]
 
 
+def test_admin_job_list_counts_at_most_its_cap(shop: str) -> None:
+    from django_project.shop.tasks import mark_paid
+
+    from pgtasks.contrib.django.admin import COUNT_CAP, CappedPaginator
+    from pgtasks.contrib.django.models import Job
+
+    mark_paid.delay_many([(i,) for i in range(5)])
+    assert CappedPaginator(Job.objects.all(), 2, cap=3).count == 3
+    assert CappedPaginator(Job.objects.all(), 2, cap=3).num_pages == 2
+    assert CappedPaginator(Job.objects.all(), 2).count == 5 < COUNT_CAP
+
+
 def test_admin_actions_need_the_change_permission(shop: str) -> None:
     from django_project.shop.tasks import mark_paid
 

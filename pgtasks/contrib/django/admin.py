@@ -15,9 +15,11 @@ Nothing is added or deleted here. Every value is escaped by Django's templates o
 from __future__ import annotations
 
 import json
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from django.contrib import admin, messages
+from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
@@ -29,7 +31,10 @@ from pgtasks.errors import PgtasksError
 from pgtasks.redaction import Redactor, redact_data
 from pgtasks.states import JobStatus
 
-__all__ = ["JobAdmin", "ScheduleAdmin", "StatusFilter"]
+__all__ = ["COUNT_CAP", "CappedPaginator", "JobAdmin", "ScheduleAdmin", "StatusFilter"]
+
+#: Most jobs the job list counts (`CappedPaginator`).
+COUNT_CAP: Final = 10_000
 
 
 def _redactor(task_name: str) -> Redactor:
@@ -69,6 +74,33 @@ class _ReadOnly(admin.ModelAdmin):  # type: ignore[type-arg]
         return obj is None and super().has_change_permission(request)
 
 
+if TYPE_CHECKING:
+    _Paginator = Paginator[Any]
+else:  # generic in django-stubs only
+    _Paginator = Paginator
+
+
+class CappedPaginator(_Paginator):
+    """A paginator that counts at most `cap` rows (``count(*)`` over a ``LIMIT``
+    subquery): a full count of a large jobs table on every page would scan it. Past
+    the cap the pages end; filter or search to reach older jobs.
+
+    Args:
+        object_list, per_page, orphans, allow_empty_first_page: as Django's `Paginator`.
+        cap: most rows counted (default `COUNT_CAP`).
+    """
+
+    def __init__(self, *args: Any, cap: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cap = COUNT_CAP if cap is None else cap
+
+    @cached_property
+    def count(self) -> int:
+        """The number of rows, at most `cap`."""
+        rows = cast("QuerySet[Any]", self.object_list)  # the admin's list is a QuerySet
+        return int(rows[: self.cap].count())
+
+
 class StatusFilter(admin.SimpleListFilter):
     """Jobs by status: the choices are `pgtasks.JobStatus`, not a ``DISTINCT`` over the table."""
 
@@ -94,6 +126,7 @@ class JobAdmin(_ReadOnly):
     # Exact names (indexable), not Django's default substring search over the whole table.
     search_fields = ("=task_name", "=queue", "=tenant")
     show_full_result_count = False  # a count(*) over a large jobs table on every page
+    paginator = CappedPaginator
     actions = ("retry_jobs", "cancel_jobs")
     fields = (
         "id", "task_name", "queue", "tenant", "status", "priority", "attempt", "max_attempts",
