@@ -18,7 +18,7 @@ from pgtasks.enqueue import BatchCall, JobEnqueuer
 from pgtasks.errors import ConfigurationError, UnknownTask
 from pgtasks.execution import CoreExecution
 from pgtasks.plugins import make_plugin_manager
-from pgtasks.records import Job
+from pgtasks.records import Explanation, Job
 from pgtasks.result import AsyncResult
 from pgtasks.settings import Settings
 from pgtasks.states import TERMINAL
@@ -393,6 +393,27 @@ class App:
             JobNotFound: no job has this id.
         """
         return jobadmin.get_job(self.stores.jobs, job_id)
+
+    def explain(self, job_id: int) -> Explanation:
+        """Why the job is not running now, or where it is: "why is my job not running?".
+
+        For a queued job, every reason that holds it back, from the database at its
+        clock: not due until a time (countdown, eta, a retry's backoff), its lock key
+        held by a running job, no live worker serving its queue, due jobs of its queue
+        ahead of it (in all and of its tenant); ``ready`` when nothing does. For
+        another job: claimed ahead by a worker, running (since when, where), finished.
+
+        Args:
+            job_id: the job's id, an int in PostgreSQL's bigint range.
+
+        Returns:
+            An `pgtasks.records.Explanation`; ``str()`` of it reads as a sentence.
+
+        Raises:
+            ConfigurationError: ``job_id`` is not an int in the bigint range.
+            JobNotFound: no job has this id.
+        """
+        return jobadmin.explain(self.stores.jobs, job_id)
 
     def cancel(self, job_id: int, *, terminate: bool = False) -> bool:
         """Cancel a job: queued ones at once, running ones by request.

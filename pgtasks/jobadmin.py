@@ -10,15 +10,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final, Literal
 
-from pgtasks.errors import ConfigurationError
+from pgtasks.errors import ConfigurationError, JobNotFound
+from pgtasks.records import Explanation, Reason, ReasonCode
 from pgtasks.states import ErrorCode, FailureClass, JobStatus
 from pgtasks.validation import MAX_PAGE_SIZE, check_bool, check_choice, check_int, check_job_id, check_text
 
 if TYPE_CHECKING:
-    from pgtasks.db import JobStore
+    from pgtasks.db import JobSituation, JobStore
     from pgtasks.records import Job
 
-__all__ = ["REQUEUE_BY_MAX_CHARS", "cancel_job", "get_job", "list_jobs", "requeue"]
+__all__ = ["AHEAD_LIMIT", "REQUEUE_BY_MAX_CHARS", "cancel_job", "explain", "get_job", "list_jobs", "requeue"]
+
+#: `explain` counts the due jobs ahead of a job up to this many ("more than ...").
+AHEAD_LIMIT: Final = 10_000
 
 #: Longest actor text a requeue records as who asked (``by=``), in characters.
 REQUEUE_BY_MAX_CHARS: Final = 200
@@ -126,3 +130,86 @@ def list_jobs(
     return jobs.list(
         status=status, queue=queue, task_name=task_name, tenant=tenant, before_id=before_id, limit=limit
     )
+
+
+def explain(jobs: JobStore, job_id: int) -> Explanation:
+    """Why the job is where it is, from the database, at its clock: for a queued job
+    what holds it back (not due yet, its lock key held by a running job, no live
+    worker for its queue, due jobs ahead of it), else where it is (claimed ahead,
+    running, finished).
+
+    Raises:
+        ConfigurationError: ``job_id`` is not an int in the bigint range.
+        JobNotFound: the store has no such job.
+    """
+    found = jobs.situation(id=check_job_id("job_id", job_id), ahead_limit=AHEAD_LIMIT)
+    if found is None:
+        raise JobNotFound(job_id)
+    return Explanation(found.id, found.status, found.now, tuple(_reasons(found)))
+
+
+def _reasons(j: JobSituation) -> list[Reason]:
+    """The reasons of `explain`, most decisive first."""
+    if j.status != JobStatus.QUEUED:
+        return [_state_reason(j)]
+    reasons: list[Reason] = []
+    if j.run_at > j.now:
+        wait = (j.run_at - j.now).total_seconds()
+        why = "a retry's backoff" if j.attempt > 0 else "its countdown or eta"
+        reasons.append(
+            Reason(
+                ReasonCode.NOT_DUE,
+                f"not due until {j.run_at.isoformat()} (in {wait:,.1f} s: {why})",
+                {"run_at": j.run_at.isoformat(), "seconds": wait},
+            )
+        )
+    if j.lock_held:
+        holder = "another tenant's running job" if j.lock_holder is None else f"running job {j.lock_holder}"
+        reasons.append(
+            Reason(
+                ReasonCode.LOCK_HELD,
+                f"its lock key is held by {holder}; jobs of one key run one at a time",
+                {"lock_holder": j.lock_holder},
+            )
+        )
+    if j.live_workers == 0:
+        reasons.append(
+            Reason(
+                ReasonCode.NO_WORKER,
+                f"no live worker serves queue {j.queue!r} (start one with -Q {j.queue})",
+                {"queue": j.queue},
+            )
+        )
+    if j.ahead:
+        more = "more than " if j.ahead >= AHEAD_LIMIT else ""
+        reasons.append(
+            Reason(
+                ReasonCode.BEHIND,
+                f"{more}{j.ahead:,} due jobs of queue {j.queue!r} come before it by priority and age"
+                f" ({j.ahead_in_tenant:,} of its own tenant; claims serve tenants in turn)",
+                {"ahead": j.ahead, "ahead_in_tenant": j.ahead_in_tenant, "at_least": bool(more)},
+            )
+        )
+    if not reasons:
+        ready = f"due, and nothing holds it back: the next claim on {j.queue!r} takes it"
+        reasons.append(Reason(ReasonCode.READY, ready, {"queue": j.queue}))
+    return reasons
+
+
+def _state_reason(j: JobSituation) -> Reason:
+    """The one reason of a job that is not queued."""
+    if j.status == JobStatus.RUNNING and j.started_at is None:
+        return Reason(
+            ReasonCode.CLAIMED,
+            f"claimed ahead by worker {j.worker_id}; it starts when one of the worker's slots is free",
+            {"worker_id": j.worker_id},
+        )
+    if j.status == JobStatus.RUNNING:
+        assert j.started_at is not None
+        return Reason(
+            ReasonCode.RUNNING,
+            f"running on worker {j.worker_id} since {j.started_at.isoformat()} (attempt {j.attempt})",
+            {"worker_id": j.worker_id, "started_at": j.started_at.isoformat(), "attempt": j.attempt},
+        )
+    ended = j.finished_at.isoformat() if j.finished_at is not None else None
+    return Reason(ReasonCode.FINISHED, f"finished: {j.status} at {ended}", {"finished_at": ended})

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import pluggy
 
     from pgtasks.db import Stores
-    from pgtasks.records import Job
+    from pgtasks.records import Explanation, Job
     from pgtasks.result import AsyncResult
     from pgtasks.settings import Settings
     from pgtasks.task import Signature, Task
@@ -95,6 +95,9 @@ class JobOperations(Protocol):
         Raises:
             JobNotFound: no job has this id.
         """
+
+    def explain(self, job_id: int) -> Explanation:
+        """Why the job is where it is (`pgtasks.jobadmin.explain`); JobNotFound if none."""
 
     def cancel(self, job_id: int, *, terminate: bool = False) -> bool:
         """Cancel a queued job at once or ask a running one to stop; False if it had finished.

@@ -22,7 +22,7 @@ from pgtasks.validation import check_bool, check_job_id, check_timeout
 if TYPE_CHECKING:
     from pgtasks.db import AnyAsyncConnection, StoredJobStatus
     from pgtasks.ports import ResultSource
-    from pgtasks.records import Job
+    from pgtasks.records import Explanation, Job
 
 __all__ = ["AsyncResult"]
 
@@ -69,6 +69,14 @@ class AsyncResult:
             JobNotFound: no job has this id (e.g. it was purged).
         """
         return self.app.get_job(self.id)
+
+    def explain(self) -> Explanation:
+        """Why the job is not running now, or where it is (`pgtasks.App.explain`).
+
+        Raises:
+            JobNotFound: no job has this id (through a tenant handle: none of its tenant's).
+        """
+        return self.app.explain(self.id)
 
     @property
     def status(self) -> str:

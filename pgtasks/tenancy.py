@@ -48,7 +48,7 @@ from pgtasks.validation import (
 if TYPE_CHECKING:
     from pgtasks.db import Stores
     from pgtasks.ports import Engine
-    from pgtasks.records import Job
+    from pgtasks.records import Explanation, Job
 
 __all__ = ["TenantScope", "TenantTask"]
 
@@ -271,6 +271,17 @@ class TenantScope:
                 included, with the same message).
         """
         return jobadmin.get_job(self.stores.jobs, job_id)
+
+    def explain(self, job_id: int) -> Explanation:
+        """Why one of the tenant's jobs is where it is, as `pgtasks.App.explain`; the
+        counts of jobs ahead span the queue (claims serve tenants in turn), and name
+        no other tenant's job.
+
+        Raises:
+            ConfigurationError: ``job_id`` is not an int in the bigint range.
+            JobNotFound: the tenant has no job with this id.
+        """
+        return jobadmin.explain(self.stores.jobs, job_id)
 
     def cancel(self, job_id: int, *, terminate: bool = False) -> bool:
         """Cancel one of the tenant's jobs, as `pgtasks.App.cancel`.

@@ -31,7 +31,15 @@ from pgtasks.cli.common import (
     shown,
     task_redactor,
 )
-from pgtasks.cli.jsonout import echo_json, job_detail, job_summary, json_option, queue_counts, worker_object
+from pgtasks.cli.jsonout import (
+    echo_json,
+    job_detail,
+    job_summary,
+    json_option,
+    queue_counts,
+    time_text,
+    worker_object,
+)
 from pgtasks.errors import PgtasksError
 from pgtasks.records import Requeue
 from pgtasks.redaction import redact_data, redact_text
@@ -205,6 +213,38 @@ def jobs_show(loader: AppLoader, job_id: int, tenant: str | None, as_json: bool)
             redactor.text((a.error or {}).get("message") or "")[:80],
         )
     console.print(history)
+
+
+@jobs_group.command("explain")
+@click.argument("job_id", type=int)
+@tenant_option
+@json_option
+@click.pass_obj
+def jobs_explain(loader: AppLoader, job_id: int, tenant: str | None, as_json: bool) -> None:
+    """Why a job is not running now, or where it is (`pgtasks.App.explain`).
+
+    One line per reason, most decisive first: not due until a time, its lock key
+    held by a running job, no live worker for its queue, due jobs ahead of it;
+    ``ready`` when nothing holds it back; else claimed, running or finished. With
+    ``--json``: ``{"job_id", "status", "at", "reasons": [{"code", "message",
+    "details"}]}``.
+    """
+    api = _jobs_api(loader, tenant)
+    try:
+        explanation = api.explain(job_id)
+    except PgtasksError as exc:
+        fail(exc)
+        return
+    if as_json:
+        reasons = [
+            {"code": r.code.value, "message": r.message, "details": r.details} for r in explanation.reasons
+        ]
+        at = time_text(explanation.at)
+        echo_json({"job_id": explanation.job_id, "status": explanation.status, "at": at, "reasons": reasons})
+        return
+    click.echo(f"job {explanation.job_id}: {shown(explanation.status)}")
+    for reason in explanation.reasons:
+        click.echo(f"  {reason.code.value}: {shown(reason.message)}")
 
 
 def _dumps_shown(value: object) -> str:

@@ -27,7 +27,7 @@ from pgtasks.db.database import (
 )
 from pgtasks.db.held import HeldTransaction
 from pgtasks.db.isolation import IsolationStore, TableIsolation
-from pgtasks.db.jobs import CancelRequest, JobStore, NewJob, ReapedJob, StoredJobStatus
+from pgtasks.db.jobs import CancelRequest, JobSituation, JobStore, NewJob, ReapedJob, StoredJobStatus
 from pgtasks.db.migrations import MigrationStore
 from pgtasks.db.schedules import ScheduleRow, ScheduleStore
 from pgtasks.db.wakeups import WakeupSender
@@ -40,6 +40,7 @@ __all__ = [
     "Database",
     "HeldTransaction",
     "IsolationStore",
+    "JobSituation",
     "JobStore",
     "MigrationStore",
     "NewJob",

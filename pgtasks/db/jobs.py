@@ -22,6 +22,7 @@ from pgtasks.serialization import dumps
 
 __all__ = [
     "CancelRequest",
+    "JobSituation",
     "JobStore",
     "NewJob",
     "QueueHealth",
@@ -94,6 +95,44 @@ class StoredJobStatus:
     status: str
     result: Any
     error: Any
+
+
+@dataclass(frozen=True, slots=True)
+class JobSituation:
+    """Where a job stands and what holds it back: ``job_explain``'s row.
+
+    Attributes:
+        id, status, queue, tenant, task_name, priority, run_at, lock_key, worker_id,
+            started_at, finished_at, attempt, max_attempts: the job's columns.
+        now: the database clock the rest was judged at.
+        lock_held: whether a running job holds its lock key (None: no such job).
+        lock_holder: that job's id, or None (none, or in a scoped store another
+            tenant's job: lock keys are shared by all tenants).
+        live_workers: workers serving its queue whose lease has not run out and that
+            are not stopping.
+        ahead, ahead_in_tenant: due jobs of its queue that come before it, in all and
+            of its tenant, each counted up to the limit asked (0 unless it is queued).
+    """
+
+    id: int
+    status: str
+    queue: str
+    tenant: str
+    task_name: str
+    priority: int
+    run_at: datetime
+    lock_key: str | None
+    worker_id: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    attempt: int
+    max_attempts: int
+    now: datetime
+    lock_held: bool | None
+    lock_holder: int | None
+    live_workers: int
+    ahead: int
+    ahead_in_tenant: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +381,13 @@ class JobStore:
         """`status` on an asyncio connection (the caller's, or one of `Database.connect_async`)."""
         params = {"id": id, "tenant": self.tenant}
         return _stored_status(await self.database.fetch_one_async("job_status", params, conn=conn))
+
+    def situation(self, *, id: int, ahead_limit: int, now: Now = None) -> JobSituation | None:
+        """Where the job stands and what holds it back (`JobSituation`), or None if no
+        job has this id (in a scoped store: none of its tenant's)."""
+        params = {"id": id, "tenant": self.tenant, "ahead_limit": ahead_limit, "now": now}
+        row = self.database.fetch_one("job_explain", params)
+        return None if row is None else JobSituation(**row)
 
     def queue_stats(self) -> list[Row]:
         """Job counts per queue and status: ``[{"queue", "status", "jobs", "claimed",

@@ -158,6 +158,46 @@ SELECT * FROM pgtasks.jobs WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR te
 -- Status, result and error of one job (what AsyncResult polls); %(tenant)s as job_get.
 SELECT id, status, result, error FROM pgtasks.jobs WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
+-- name: job_explain
+-- Why a job is where it is (pgtasks.jobadmin.explain): the job's state, and for a queued job
+-- what holds it back: whether a running job holds its lock key (and which, unless the store
+-- is scoped and that job is another tenant's: keys are shared), the live workers serving its
+-- queue (lease not expired, not stopping, as queue_health counts them), and how many due
+-- jobs of its queue come before it (higher priority, or the same priority and earlier in
+-- run-at and id order), in all and of its own tenant (fair claims serve tenants in turn),
+-- each counted up to %(ahead_limit)s. %(tenant)s as job_get.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t),
+j AS (
+    SELECT id, status, queue, tenant, task_name, priority, run_at, lock_key, worker_id,
+           started_at, finished_at, attempt, max_attempts
+    FROM pgtasks.jobs
+    WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+)
+SELECT j.*, n.t AS now, h.held AS lock_held,
+       CASE WHEN %(tenant)s::text IS NULL OR h.tenant = %(tenant)s THEN h.id END AS lock_holder,
+       (SELECT count(*) FROM pgtasks.workers w
+        WHERE j.queue = ANY (w.queues) AND NOT w.stopping AND w.lease_expires_at >= n.t) AS live_workers,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM pgtasks.jobs a
+            WHERE j.status = 'queued' AND a.status = 'queued' AND a.queue = j.queue AND a.run_at <= n.t
+              AND a.id <> j.id
+              AND (a.priority > j.priority
+                   OR (a.priority = j.priority AND (a.run_at, a.id) < (j.run_at, j.id)))
+            LIMIT %(ahead_limit)s) x) AS ahead,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM pgtasks.jobs a
+            WHERE j.status = 'queued' AND a.status = 'queued' AND a.queue = j.queue
+              AND a.tenant = j.tenant AND a.run_at <= n.t AND a.id <> j.id
+              AND (a.priority > j.priority
+                   OR (a.priority = j.priority AND (a.run_at, a.id) < (j.run_at, j.id)))
+            LIMIT %(ahead_limit)s) x) AS ahead_in_tenant
+FROM j CROSS JOIN n
+LEFT JOIN LATERAL (
+    SELECT r.id, r.tenant, true AS held FROM pgtasks.jobs r
+    WHERE j.lock_key IS NOT NULL AND r.lock_key = j.lock_key AND r.status = 'running' AND r.id <> j.id
+    LIMIT 1
+) h ON true;
+
 -- name: job_list
 -- Jobs filtered by optional status, queue, task, tenant; newest first, keyset-paginated by id.
 SELECT * FROM pgtasks.jobs
