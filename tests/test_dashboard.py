@@ -174,6 +174,20 @@ def test_job_detail_masks_secrets_escapes_markup_and_shows_every_attempt(dapp: p
     assert "login refused for" in timeline.group(1) and "ValueError" in timeline.group(1)
 
 
+def test_a_queued_jobs_page_says_why_it_is_not_running(dapp: pgtasks.App) -> None:
+    later = dapp.tasks["dash.fail"].apply_async(("bob", "pw"), countdown=3600)
+    page = client(dapp).get(f"/jobs/{later.id}")
+    waiting = re.search(r'<ul class="waiting" id="job-waiting">(.*?)</ul>', page.text, re.S)
+    assert waiting is not None
+    codes = re.findall(r"<code>(\w+)</code>", waiting.group(1))
+    assert codes == dapp.explain(later.id).codes == ["not_due", "no_worker"]
+    work(dapp)  # nothing is due: the job stays queued
+    assert "Why is it not running?" in client(dapp).get(f"/jobs/{later.id}").text
+    done = dapp.tasks["dash.fail"].delay("bob", "pw")
+    work(dapp)
+    assert "Why is it not running?" not in client(dapp).get(f"/jobs/{done.id}").text
+
+
 def test_requeue_shows_in_the_timeline(dapp: pgtasks.App) -> None:
     fail = dapp.tasks["dash.fail"]
     r = fail.delay("bob", "pw")

@@ -301,9 +301,21 @@ class Dashboard:
             "error": text(f"{error.get('code')}: {error.get('message')}") if error else "",
             "traceback": text(error.get("traceback")) if error.get("traceback") else "",
             "timeline": timeline,
+            "waiting": self._waiting(job),
             "can_retry": str(job.status) in REQUEUEABLE,
             "can_cancel": job.status in (JobStatus.QUEUED, JobStatus.RUNNING),
         }
+
+    def _waiting(self, job: Job) -> list[dict[str, str]]:
+        """Why a queued job is not running (`pgtasks.App.explain`): code and message per
+        reason; empty for a job that is not queued (or is gone meanwhile)."""
+        if job.status != JobStatus.QUEUED:
+            return []
+        try:
+            reasons = self.reader.explain(job.id).reasons
+        except JobNotFound:
+            return []
+        return [{"code": r.code.value, "message": r.message} for r in reasons]
 
     # -- workers, tenants ----------------------------------------------------------
 
