@@ -265,6 +265,26 @@ def test_enqueue_outside_atomic_commits_at_once(shop: str) -> None:
     assert result.status == "queued"  # read back through pgtasks' own connections
 
 
+def test_async_enqueue_without_a_connection_commits_on_pgtasks_connections(shop: str) -> None:
+    import asyncio
+
+    from django.db.backends.signals import connection_created
+    from django_project.shop.tasks import mark_paid
+
+    opened: list[str] = []
+
+    def note(sender: object, connection: Any, **kwargs: Any) -> None:
+        opened.append(connection.alias)
+
+    connection_created.connect(note)
+    try:
+        result = asyncio.run(mark_paid.apply_async_async((3,)))
+    finally:
+        connection_created.disconnect(note)
+    assert _jobs(shop) == [(result.id, "django_project.shop.tasks.mark_paid", "queued")]
+    assert opened == []  # no Django connection, in any thread
+
+
 def test_an_explicit_connection_wins(shop: str) -> None:
     from django_project.shop.tasks import mark_paid
 

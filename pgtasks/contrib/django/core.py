@@ -11,6 +11,7 @@ caller's transaction, so pgtasks leaves Django's transaction management alone.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -91,6 +92,21 @@ class DjangoEnqueuer(JobEnqueuer):
         if options.get("connection") is None:
             options = {**options, "connection": self._connection(None)}
         return super().enqueue(task, args, kwargs, options)
+
+    async def enqueue_async(
+        self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]
+    ) -> AsyncResult:
+        """`JobEnqueuer.enqueue_async`; without ``connection`` the job goes on pgtasks' own
+        connections, committed at once: Django's connections are synchronous, and one
+        opened in the thread the enqueue runs in would outlive it (Django closes
+        connections at the end of a request, in the request's thread).
+
+        Raises:
+            as `JobEnqueuer.enqueue_async`.
+        """
+        if options.get("connection") is None:
+            return await asyncio.to_thread(JobEnqueuer.enqueue, self, task, args, kwargs, options)
+        return await super().enqueue_async(task, args, kwargs, options)
 
     def enqueue_batch(self, calls: Iterable[BatchCall], *, connection: Any = None) -> list[AsyncResult]:
         """`JobEnqueuer.enqueue_batch` on Django's connection unless ``connection`` is given.
