@@ -102,13 +102,13 @@ def _jobs(dsn: str) -> list[tuple[int, str, str]]:
         ]
 
 
-def _run_worker(timeout: float = 60.0) -> None:
+def _run_worker(timeout: float = 60.0, concurrency: int = 2) -> None:
     """A burst worker of the project's app on its queues, in a thread, until no job is left."""
     from pgtasks.contrib.django import get_app
 
     worker = Worker(
         get_app(),
-        WorkerConfig(queues=QUEUES, concurrency=2, burst=True, poll_interval=0.1, lease_timeout=30),
+        WorkerConfig(queues=QUEUES, concurrency=concurrency, burst=True, poll_interval=0.1, lease_timeout=30),
     )
     codes: list[int] = []
     thread = threading.Thread(target=lambda: codes.append(worker.run()), name="django-worker")
@@ -207,6 +207,29 @@ def test_a_failed_request_rolls_back_its_jobs_with_its_row(shop: str) -> None:
     assert response.status_code == 500
     assert Order.objects.count() == 0
     assert _jobs(shop) == []
+
+
+def test_each_job_closes_django_connections_past_their_age(shop: str) -> None:
+    """With ``CONN_MAX_AGE = 0`` (Django's default) a job's connection is closed after
+    it, as after a request: two jobs on one worker thread open two connections."""
+    from django.db.backends.signals import connection_created
+    from django_project.shop.models import Order
+    from django_project.shop.tasks import mark_paid
+
+    order = Order.objects.create(customer="eve", total=2)
+    mark_paid.delay_many([(order.pk,), (order.pk,)])
+    opened: list[str] = []
+
+    def note(sender: object, connection: Any, **kwargs: Any) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            opened.append(connection.alias)
+
+    connection_created.connect(note)
+    try:
+        _run_worker(concurrency=1)
+    finally:
+        connection_created.disconnect(note)
+    assert opened == ["default", "default"]
 
 
 def test_enqueue_joins_atomic_blocks_and_savepoints(shop: str) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -22,6 +22,7 @@ from pgtasks.app import App
 from pgtasks.contrib.django.conf import DjangoSettings, dsn_of_database, read_settings
 from pgtasks.enqueue import BatchCall, JobEnqueuer
 from pgtasks.errors import ConfigurationError
+from pgtasks.plugin_api import hookimpl
 from pgtasks.result import AsyncResult
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DjangoApp",
+    "DjangoConnections",
     "DjangoEnqueuer",
     "django_connection",
     "follow_django_database",
@@ -117,8 +119,34 @@ class DjangoEnqueuer(JobEnqueuer):
         return super().enqueue_batch(calls, connection=self._connection(connection))
 
 
+class DjangoConnections:
+    """A plugin every `DjangoApp` registers: around each job a worker runs, Django's
+    connections of the worker thread that are broken or past ``CONN_MAX_AGE`` are
+    closed, before and after, as Django does around each request
+    (``close_old_connections``). One in an ``atomic()`` block is left alone (a test's
+    transaction, when a test runs a job in its own thread)."""
+
+    @hookimpl(wrapper=True)
+    def pgtasks_execute_job(self, context: Any) -> Generator[None, Any, Any]:
+        """Close old connections, run the job, close old connections."""
+        _close_old_connections()
+        try:
+            return (yield)
+        finally:
+            _close_old_connections()
+
+
+def _close_old_connections() -> None:
+    from django.db import connections
+
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()
+
+
 class DjangoApp(App):
-    """An `App` whose jobs join Django's transactions (see `DjangoEnqueuer`).
+    """An `App` whose jobs join Django's transactions (see `DjangoEnqueuer`), and whose
+    jobs close Django's old connections around them (`DjangoConnections`).
 
     Args:
         name: the app's name.
@@ -143,7 +171,7 @@ class DjangoApp(App):
         #: Whether the DSN is that of Django's database, and follows it when its
         #: settings change (`follow_django_database`).
         self.follow_django = follow_django and django_database is not None
-        super().__init__(name, dsn, load_entry_points=load_entry_points)
+        super().__init__(name, dsn, load_entry_points=load_entry_points, plugins=[DjangoConnections()])
 
 
 def follow_django_database(sender: object, connection: Any, **kwargs: Any) -> None:
