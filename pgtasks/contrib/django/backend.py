@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
+from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
@@ -44,17 +45,16 @@ if TYPE_CHECKING:  # Django 6 has the framework as django.tasks; the types come 
     from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django_tasks.exceptions import TaskResultDoesNotExist
     from django_tasks.signals import task_enqueued
-else:
-    try:
-        from django.tasks.backends.base import BaseTaskBackend
-        from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-        from django.tasks.exceptions import TaskResultDoesNotExist
-        from django.tasks.signals import task_enqueued
-    except ImportError:  # Django before 6.0: the django-tasks package
-        from django_tasks.backends.base import BaseTaskBackend
-        from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-        from django_tasks.exceptions import TaskResultDoesNotExist
-        from django_tasks.signals import task_enqueued
+elif find_spec("django.tasks") is not None:
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued
+else:  # Django before 6.0: the django-tasks package
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.signals import task_enqueued
 
 __all__ = ["PgtasksBackend", "result_of_job"]
 
