@@ -278,8 +278,9 @@ def test_tenants_probe_refuses_bad_arguments(bad: list[str]) -> None:
 
 def test_producers_probe_reports_each_producer_count() -> None:
     """``python -m benchmarks.producers`` enqueues from concurrent threads with the wake-up
-    after the commit, with it inside the commit, without it, and through the raw INSERT; a
-    tiny run prints one line per count with the four rates and the three ratios."""
+    after the commit, with it inside the commit, without it, pgtasks' own INSERT by bare
+    psycopg (the floor) and the raw INSERT; a tiny run prints one line per count with the
+    five rates and the five ratios."""
     command = [
         sys.executable, "-m", "benchmarks.producers", "--producers", "3,1", "--jobs", "60", "--reps", "1",
         "--dsn", DSN,
@@ -288,7 +289,8 @@ def test_producers_probe_reports_each_producer_count() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     found = re.findall(
         r"^\s*(\d+) producers: jobs/s wakeup ([0-9,]+) .* in-commit ([0-9,]+) .* silent ([0-9,]+) .*"
-        r" raw ([0-9,]+) .*; wakeup/silent ([0-9.]+)x wakeup/raw ([0-9.]+)x in-commit/silent ([0-9.]+)x$",
+        r" floor ([0-9,]+) .* raw ([0-9,]+) .*; wakeup/silent ([0-9.]+)x wakeup/raw ([0-9.]+)x"
+        r" in-commit/silent ([0-9.]+)x floor/raw ([0-9.]+)x wakeup/floor ([0-9.]+)x$",
         done.stdout,
         re.M,
     )
