@@ -133,24 +133,8 @@ class OverviewStore:
     def workers(self, *, now: Now = None) -> list[WorkerInfo]:
         """Every registered worker (as `pgtasks.db.WorkerStore.list`), its running and
         claimed jobs counted among the store's tenant's jobs only."""
-        return [
-            WorkerInfo(
-                id=str(r["id"]),
-                host=str(r["host"]),
-                pid=int(r["pid"]),
-                queues=tuple(r["queues"]),
-                concurrency=int(r["concurrency"]),
-                pool=str(r["pool"]),
-                started_at=r["started_at"],
-                last_seen_at=r["last_seen_at"],
-                lease_expires_at=r["lease_expires_at"],
-                stopping=bool(r["stopping"]),
-                expired=bool(r["expired"]),
-                running=int(r["running"]),
-                claimed=int(r["claimed"]),
-            )
-            for r in self.database.fetch_all("overview_workers", {"tenant": self.tenant, "now": now})
-        ]
+        rows = self.database.fetch_all("overview_workers", {"tenant": self.tenant, "now": now})
+        return [WorkerInfo.of(r) for r in rows]
 
     def jobs(
         self,

@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pgtasks.db.database import Database, Now
+from pgtasks.db.database import Database, Now, Row
 
 __all__ = ["WorkerInfo", "WorkerStore", "worker_database"]
 
@@ -53,6 +53,25 @@ class WorkerInfo:
     expired: bool
     running: int
     claimed: int = 0
+
+    @classmethod
+    def of(cls, r: Row) -> WorkerInfo:
+        """The worker of a row of ``worker_list`` or ``overview_workers``."""
+        return cls(
+            id=str(r["id"]),
+            host=str(r["host"]),
+            pid=int(r["pid"]),
+            queues=tuple(r["queues"]),
+            concurrency=int(r["concurrency"]),
+            pool=str(r["pool"]),
+            started_at=r["started_at"],
+            last_seen_at=r["last_seen_at"],
+            lease_expires_at=r["lease_expires_at"],
+            stopping=bool(r["stopping"]),
+            expired=bool(r["expired"]),
+            running=int(r["running"]),
+            claimed=int(r["claimed"]),
+        )
 
     @property
     def state(self) -> str:
@@ -105,24 +124,7 @@ class WorkerStore:
 
     def list(self) -> list[WorkerInfo]:
         """Every registered worker, by host and start time."""
-        return [
-            WorkerInfo(
-                id=str(r["id"]),
-                host=str(r["host"]),
-                pid=int(r["pid"]),
-                queues=tuple(r["queues"]),
-                concurrency=int(r["concurrency"]),
-                pool=str(r["pool"]),
-                started_at=r["started_at"],
-                last_seen_at=r["last_seen_at"],
-                lease_expires_at=r["lease_expires_at"],
-                stopping=bool(r["stopping"]),
-                expired=bool(r["expired"]),
-                running=int(r["running"]),
-                claimed=int(r["claimed"]),
-            )
-            for r in self.database.fetch_all("worker_list")
-        ]
+        return [WorkerInfo.of(r) for r in self.database.fetch_all("worker_list")]
 
     def prune_expired(self, *, older_than: float, now: Now = None) -> int:
         """Delete rows of workers whose lease expired over ``older_than`` seconds ago and
