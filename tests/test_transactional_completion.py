@@ -136,3 +136,29 @@ def test_the_processes_pool_refuses_it_clearly(
     error = client.get_job(job.id).error
     assert error is not None and "needs the threads pool" in error["message"]
     assert _docs(conn, job.id) == []
+
+
+def test_a_failed_outcome_write_rolls_back_and_hands_the_pool_an_autocommit_connection(dsn: str) -> None:
+    """If the job's outcome cannot be written (here a failing statement), the task's
+    writes are rolled back and the connection goes back to the pool as the pool hands
+    its connections out (autocommit, outside a transaction)."""
+    database = pgtasks.db.Database(dsn, max_size=1)
+    try:
+        with database.transaction() as setup:
+            setup.execute("CREATE TABLE side (n int)")
+        held = database.held_transaction()
+        with held.block() as conn:
+            conn.execute("INSERT INTO side VALUES (1)")
+
+        def failing_write(conn: Any) -> bool:
+            conn.execute("SELECT 1 / 0")
+            return True
+
+        with pytest.raises(pgtasks.errors.DatabaseError, match="division by zero"):
+            held.commit_with(failing_write)
+        assert not held.open
+        with database.connection() as again:  # the pool's only connection
+            assert again.autocommit
+            assert again.execute("SELECT count(*) FROM side").fetchone() == (0,)
+    finally:
+        database.close()

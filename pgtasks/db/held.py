@@ -121,7 +121,12 @@ class HeldTransaction:
                 return
             self._conn = None
         try:
-            if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                conn.autocommit = True
+            if not conn.closed:
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    conn.rollback()  # a statement failed inside: nothing of it stays
+                conn.autocommit = True  # as the pool hands its connections out
+        except psycopg.Error as exc:
+            log.warning("a job's connection could not be reset (%s); closing it", exc)
+            conn.close()
         finally:
             self._pool.putconn(conn)
