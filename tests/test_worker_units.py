@@ -702,6 +702,33 @@ def test_a_slow_round_trip_does_not_make_a_trusted_host_clock_jump() -> None:
     assert clock.correction == 0.0
 
 
+def test_later_instants_map_to_later_times_whatever_threads_do_meanwhile() -> None:
+    """Mapping one instant may be interrupted by a thread switch; the times of a job's
+    end and of the next job's start on the same slot must keep their order anyway."""
+    clock = DatabaseTime()
+    stop = threading.Event()
+
+    def busy() -> None:  # contends for the interpreter, as the pool's other threads do
+        while not stop.is_set():
+            sum(range(1000))
+
+    others = [threading.Thread(target=busy, daemon=True) for _ in range(4)]
+    for t in others:
+        t.start()
+    try:
+        mapped = []
+        for _ in range(20_000):
+            end = clock.now()
+            start = clock.at(time.monotonic())
+            mapped.append((end, start))
+    finally:
+        stop.set()
+        for t in others:
+            t.join()
+    assert all(start >= end for end, start in mapped)
+    assert abs(clock.now() - time.time()) < 0.01  # a trusted host clock is used as it is
+
+
 def test_a_host_clock_an_hour_off_is_corrected_by_a_precise_reading() -> None:
     clock = DatabaseTime()
     now = time.monotonic()

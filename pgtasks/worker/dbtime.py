@@ -22,9 +22,10 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-__all__ = ["TRUSTED_SKEW", "DatabaseTime"]
+__all__ = ["REBASE_STEP", "TRUSTED_SKEW", "DatabaseTime"]
 
 TRUSTED_SKEW = 0.05  # seconds the host clock may be off the database clock and still be used as is
+REBASE_STEP = 0.001  # seconds the wall clock must step before instants follow it
 
 
 class DatabaseTime:
@@ -37,6 +38,22 @@ class DatabaseTime:
     def __init__(self) -> None:
         self.correction = 0.0
         self._best_round_trip = float("inf")
+        self._base = _wall_minus_monotonic()
+
+    def _rebase(self) -> None:
+        """Follow a step of the host's wall clock (a manual change, an NTP step).
+
+        Instants are mapped with one fixed offset between `time.monotonic()` and
+        `time.time()`, so two instants keep their order: reading the two clocks
+        afresh for each mapping let a thread switch between the two reads shift an
+        instant back by the switch's length, and a job's recorded start could then
+        precede its predecessor's end on the same slot. A new reading replaces the
+        offset only when it moved by more than `REBASE_STEP` (a real step, not the
+        noise of the two reads).
+        """
+        base = _wall_minus_monotonic()
+        if abs(base - self._base) > REBASE_STEP:
+            self._base = base
 
     def sync(self, database_clock: datetime, sent: float, received: float) -> None:
         """Measure the host clock against one statement's answer.
@@ -45,18 +62,27 @@ class DatabaseTime:
             database_clock: the database's ``clock_timestamp()`` in the answer (aware).
             sent, received: `time.monotonic()` just before sending it and just after the answer.
         """
+        self._rebase()
         round_trip = max(received - sent, 0.0)
         self._best_round_trip = min(self._best_round_trip, round_trip)
         if round_trip > max(TRUSTED_SKEW, 2 * self._best_round_trip):
             return  # a reading this imprecise would only add noise
-        host_at_midpoint = time.time() - (time.monotonic() - (sent + received) / 2)
+        host_at_midpoint = (sent + received) / 2 + self._base
         skew = database_clock.timestamp() - host_at_midpoint
         self.correction = skew if abs(skew) > TRUSTED_SKEW + round_trip / 2 else 0.0
 
     def at(self, monotonic: float) -> float:
-        """A `time.monotonic()` instant of this process as POSIX seconds on the database clock."""
-        return time.time() - (time.monotonic() - monotonic) + self.correction
+        """A `time.monotonic()` instant of this process as POSIX seconds on the database
+        clock; later instants map to later times (between two corrections)."""
+        return monotonic + self._base + self.correction
 
     def now(self) -> float:
         """Now, as POSIX seconds on the database clock."""
-        return time.time() + self.correction
+        return self.at(time.monotonic())
+
+
+def _wall_minus_monotonic() -> float:
+    """`time.time()` minus `time.monotonic()`, read so that a thread switch between the
+    two reads does not shrink it: the largest of a few paired reads (a switch after the
+    wall clock's read makes the difference smaller, never larger)."""
+    return max(time.time() - time.monotonic() for _ in range(3))
