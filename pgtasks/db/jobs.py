@@ -800,10 +800,13 @@ class JobStore:
         queue: str | None = None,
         task_name: str | None = None,
         tenant: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
         before_id: int | None = None,
         limit: int = 50,
     ) -> list[Job]:
-        """Jobs newest first, filtered (None: any); ``before_id`` pages on.
+        """Jobs newest first, filtered (None: any) by status, queue, task, tenant and
+        creation time in ``[created_after, created_before)``; ``before_id`` pages on.
 
         In a scoped store only its tenant's jobs: ``tenant`` then filters nothing more
         when it is None or the same, and a different one matches no job.
@@ -814,6 +817,7 @@ class JobStore:
             tenant = self.tenant
         params = {
             "status": status, "queue": queue, "task_name": task_name, "tenant": tenant,
+            "created_after": created_after, "created_before": created_before,
             "before_id": before_id, "limit": limit,
         }  # fmt: skip
         return [Job.from_row(r) for r in self.database.fetch_all("job_list", params)]

@@ -13,6 +13,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from pgtasks.db.database import Database, Now
+from pgtasks.db.jobs import JobStore
 from pgtasks.db.workers import WorkerInfo
 from pgtasks.records import Job
 
@@ -154,13 +155,8 @@ class OverviewStore:
         In a store with a tenant, ``tenant`` filters nothing more when it is None or
         the same, and a different one matches no job.
         """
-        if self.tenant is not None:
-            if tenant is not None and tenant != self.tenant:
-                return []
-            tenant = self.tenant
-        params = {
-            "status": status, "queue": queue, "task_name": task_name, "tenant": tenant,
-            "created_after": created_after, "created_before": created_before,
-            "before_id": before_id, "limit": limit,
-        }  # fmt: skip
-        return [Job.from_row(r) for r in self.database.fetch_all("overview_jobs", params)]
+        return JobStore(self.database, tenant=self.tenant).list(
+            status=status, queue=queue, task_name=task_name, tenant=tenant,
+            created_after=created_after, created_before=created_before,
+            before_id=before_id, limit=limit,
+        )  # fmt: skip

@@ -199,12 +199,15 @@ LEFT JOIN LATERAL (
 ) h ON true;
 
 -- name: job_list
--- Jobs filtered by optional status, queue, task, tenant; newest first, keyset-paginated by id.
+-- Jobs filtered by optional status, queue, task, tenant and creation time in
+-- [%(created_after)s, %(created_before)s) (each NULL: any); newest first, keyset-paginated by id.
 SELECT * FROM pgtasks.jobs
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
   AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s)
   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+  AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
+  AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
   AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
 ORDER BY id DESC
 LIMIT %(limit)s;
@@ -1402,17 +1405,3 @@ CROSS JOIN LATERAL (
     WHERE j.worker_id = w.id AND j.status = 'running'
       AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)) c
 ORDER BY w.host, w.started_at;
-
--- name: overview_jobs
--- Jobs as job_list filters them, also by creation time in [%(created_after)s,
--- %(created_before)s) (either NULL: unbounded); newest first, keyset-paginated by id.
-SELECT * FROM pgtasks.jobs
-WHERE (%(status)s::text IS NULL OR status = %(status)s)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s)
-  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-  AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
-  AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
-  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
-ORDER BY id DESC
-LIMIT %(limit)s;
