@@ -14,26 +14,19 @@ import shutil
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import psycopg
 import pytest
+from helpers import scratch_database, with_dbname
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgtasks
 from pgtasks.migrate import migrations
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _with_db(dsn: str, dbname: str) -> str:
-    params = conninfo_to_dict(dsn)
-    params["dbname"] = dbname
-    return make_conninfo("", **params)
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +55,7 @@ def template_db(admin_dsn: str) -> Iterator[str]:
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    app = pgtasks.App("template", dsn=_with_db(admin_dsn, name), load_entry_points=False)
+    app = pgtasks.App("template", dsn=with_dbname(admin_dsn, name), load_entry_points=False)
     app.migrate()
     app.close()
     yield name
@@ -73,27 +66,15 @@ def template_db(admin_dsn: str) -> Iterator[str]:
 @pytest.fixture
 def dsn(admin_dsn: str, template_db: str) -> Iterator[str]:
     """A fresh, migrated database for this test only."""
-    name = f"pgtasks_t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template_db)
-            )
-        )
-    yield _with_db(admin_dsn, name)
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with scratch_database(admin_dsn, template=template_db) as url:
+        yield url
 
 
 @pytest.fixture
 def empty_dsn(admin_dsn: str) -> Iterator[str]:
     """A fresh database without the pgtasks schema."""
-    name = f"pgtasks_e_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield _with_db(admin_dsn, name)
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with scratch_database(admin_dsn, prefix="pgtasks_e") as url:
+        yield url
 
 
 @pytest.fixture

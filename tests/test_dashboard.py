@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from apps.dashboard_app import NIGHTLY, make_app
+from helpers import scratch_database
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -524,18 +525,8 @@ def test_mounted_inside_another_asgi_app(dapp: pgtasks.App, conn: psycopg.Connec
 @pytest.fixture
 def second_dsn(admin_dsn: str, template_db: str) -> Iterator[str]:
     """Another fresh, migrated database (a stand-in replica that differs from the primary)."""
-    name = f"pgtasks_r_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_dsn, autocommit=True) as c:
-        c.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template_db)
-            )
-        )
-    params = conninfo_to_dict(admin_dsn)
-    params["dbname"] = name
-    yield make_conninfo("", **params)
-    with psycopg.connect(admin_dsn, autocommit=True) as c:
-        c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with scratch_database(admin_dsn, template=template_db, prefix="pgtasks_r") as url:
+        yield url
 
 
 def test_reads_go_to_the_read_dsn_and_actions_to_the_primary(

@@ -10,23 +10,21 @@ outcome claimed is the error code stored on the job.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import struct
 import threading
 import time
-import uuid
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pypdfium2 as pdfium
 import pytest
 from apps.pipeline_app import run_worker
+from helpers import scratch_database
 from PIL import Image, ImageDraw
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgtasks
 import pgtasks_ocr
@@ -438,24 +436,6 @@ def test_the_ocr_task_has_a_default_time_limit_that_can_be_changed(tmp_path: Pat
 # --- the task, through a real worker ---------------------------------------------------------------------
 
 
-def _database(admin_dsn: str, template_db: str) -> tuple[str, str]:
-    name = f"pgtasks_ocri_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template_db)
-            )
-        )
-    params = conninfo_to_dict(admin_dsn)
-    params["dbname"] = name
-    return name, make_conninfo("", **params)
-
-
-def _drop(admin_dsn: str, name: str) -> None:
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-
-
 def _ocr_app(dsn: str) -> pgtasks.App:
     return pgtasks.App("ocr-inputs", dsn=dsn, load_entry_points=False, plugins=[pgtasks_ocr.plugin])
 
@@ -508,7 +488,8 @@ def task_run(
         "mail-500-rfc822": str(root / "deep822.eml"),
         "mail-header-comments": str(root / "parens.eml"),
     }
-    name, dsn = _database(admin_dsn, template_db)
+    stack = contextlib.ExitStack()
+    dsn = stack.enter_context(scratch_database(admin_dsn, template=template_db, prefix="pgtasks_ocri"))
     app = _ocr_app(dsn)
     try:
         pgtasks_ocr.configure(app, roots=[root])
@@ -521,7 +502,7 @@ def task_run(
         yield app, jobs, good
     finally:
         app.close()
-        _drop(admin_dsn, name)
+        stack.close()
 
 
 @pytest.mark.parametrize("case", sorted(TASK_CASES))

@@ -7,10 +7,12 @@ then search and ``pgtasks.delete``. Expected results are those of the corpus REA
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import pytest
 from apps.pipeline_app import CORPUS, enqueue_file, make_app, run_worker
+from helpers import scratch_database
 
 import pgtasks
 from pgtasks.states import JobStatus
@@ -46,22 +48,8 @@ PERMANENT_FAILURES = {"password-is-test.pdf": "ENCRYPTED_PDF", "broken.eml": "MA
 @pytest.fixture(scope="module")
 def pipeline(admin_dsn: str, template_db: str) -> Iterator[dict[str, object]]:
     """Run every corpus file through OCR and indexing once; yield the app and the jobs."""
-    import uuid
-
-    import psycopg
-    from psycopg import sql
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    name = f"pgtasks_p_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template_db)
-            )
-        )
-    params = conninfo_to_dict(admin_dsn)
-    params["dbname"] = name
-    app = make_app(make_conninfo("", **params))
+    stack = contextlib.ExitStack()
+    app = make_app(stack.enter_context(scratch_database(admin_dsn, template=template_db, prefix="pgtasks_p")))
     try:
         assert app.migrate() == ["pgtasks_index:0001_entries"]
         files = sorted(p for p in CORPUS.iterdir() if p.is_file())
@@ -74,8 +62,7 @@ def pipeline(admin_dsn: str, template_db: str) -> Iterator[dict[str, object]]:
         yield {"app": app, "ocr_jobs": ocr_jobs, "unlocked": unlocked}
     finally:
         app.close()
-        with psycopg.connect(admin_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        stack.close()
 
 
 def _app(pipeline: dict[str, object]) -> pgtasks.App:

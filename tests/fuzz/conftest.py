@@ -21,13 +21,13 @@ import math
 import os
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from helpers import scratch_database
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from psycopg import sql
@@ -154,20 +154,8 @@ def _same_zone(a: dt.tzinfo | None, b: dt.tzinfo | None) -> bool:
 @pytest.fixture(scope="module")
 def fuzz_dsn(admin_dsn: str, template_db: str) -> Iterator[str]:
     """A fresh, migrated database for this module (cloned from the session's template)."""
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    name = f"pgtasks_fz_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template_db)
-            )
-        )
-    params = conninfo_to_dict(admin_dsn)
-    params["dbname"] = name
-    yield make_conninfo("", **params)
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with scratch_database(admin_dsn, template=template_db, prefix="pgtasks_fz") as url:
+        yield url
 
 
 class Harness:
