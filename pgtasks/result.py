@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,7 @@ import psycopg
 
 from pgtasks.errors import (
     ConfigurationError,
+    DatabaseError,
     JobNotFound,
     ResultTimeout,
     TaskFailed,
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from pgtasks.records import Explanation, Job
 
 __all__ = ["AsyncResult"]
+
+log = logging.getLogger("pgtasks.result")
 
 
 class AsyncResult:
@@ -130,7 +134,10 @@ class AsyncResult:
 
         Waits on a LISTEN connection for "jobs finished" notifications, re-checking
         the job on each one and at least once a second (NOTIFY only wakes), so it
-        never busy-polls.
+        never busy-polls. A lost connection is opened again, with a growing pause
+        (0.1 s up to 2 s), until ``timeout``: the wait survives a server restart and
+        a failover to a promoted standby (a multi-host DSN with
+        ``target_session_attrs=read-write``; docs/operations.md).
 
         Args:
             timeout: seconds to wait at most (finite, 0 up to
@@ -140,16 +147,51 @@ class AsyncResult:
         Raises:
             ConfigurationError: ``timeout`` is ``nan``, infinite, negative or too
                 large, or ``propagate`` is not a bool.
-            ResultTimeout: the job had not finished within ``timeout``.
+            ResultTimeout: the job had not finished within ``timeout`` (or the
+                database stayed unreachable that long).
+            DatabaseError: the server refused the connection for good (bad
+                password, unknown database).
             TaskFailed: the job failed (`TaskRevoked` if cancelled,
                 `TimeLimitExceeded` if stopped at its time limit).
             JobNotFound: no job has this id.
         """
         deadline = _deadline(timeout, propagate)
-        row = self._row()
-        if row.status not in TERMINAL:
+        try:
+            row: StoredJobStatus | None = self._row()
+        except DatabaseError as exc:  # e.g. no pooled connection during a failover: wait on
+            if not exc.transient:
+                raise
+            row = None
+        if row is None or row.status not in TERMINAL:
             row = self._wait(deadline)
         return self._outcome(row, propagate)
+
+    def _reconnect_delay(self, exc: Exception, delay: float, deadline: float | None) -> float:
+        """After the wait's connection was lost (``exc``): the seconds to wait before
+        connecting again (``delay``, cut short by ``deadline``).
+
+        A lost connection, a server that refuses connections while it restarts, and
+        a standby that is not promoted yet (``target_session_attrs=read-write``
+        refuses it) are transient: the wait goes on until ``deadline``.
+
+        Raises:
+            DatabaseError: ``exc`` itself, when it is not transient (bad password,
+                unknown database: trying again cannot help).
+            ResultTimeout: ``deadline`` has passed.
+        """
+        if isinstance(exc, DatabaseError) and not exc.transient:
+            raise exc
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ResultTimeout(
+                    f"job {self.id} unfinished; the database was unreachable ({exc})"
+                ) from exc
+            delay = min(delay, remaining)
+        log.warning(
+            "waiting for job %s: connection lost (%s); connecting again in %.1fs", self.id, exc, delay
+        )
+        return delay
 
     async def get_async(self, timeout: float | None = None, *, propagate: bool = True) -> Any:
         """`get` for asyncio callers: waits without blocking the event loop.
@@ -169,6 +211,17 @@ class AsyncResult:
             ConnectionFailed: the server cannot be reached.
         """
         deadline = _deadline(timeout, propagate)
+        delay = _FIRST_RECONNECT_DELAY
+        while True:
+            try:
+                row = await self._wait_async(deadline)
+                return self._outcome(row, propagate)
+            except (DatabaseError, psycopg.OperationalError) as exc:  # the connection was lost
+                await asyncio.sleep(self._reconnect_delay(exc, delay, deadline))
+                delay = min(delay * 2, _MOST_RECONNECT_DELAY)
+
+    async def _wait_async(self, deadline: float | None) -> StoredJobStatus:
+        """`get_async`'s wait on one dedicated connection, until the job has finished."""
         stores = self.app.stores
         jobs = stores.jobs
         conn = await stores.database.connect_async()
@@ -179,7 +232,7 @@ class AsyncResult:
                 wait = self._wait_step(row, deadline)
                 if wait is None:
                     assert row is not None
-                    return self._outcome(row, propagate)
+                    return row
                 async for _ in conn.notifies(timeout=wait, stop_after=1):
                     pass
         finally:
@@ -234,6 +287,18 @@ class AsyncResult:
         return min(1.0, remaining)
 
     def _wait(self, deadline: float | None) -> StoredJobStatus:
+        """Wait until the job has finished, on a dedicated connection; a lost connection
+        is opened again (a server restart, a failover to a promoted standby:
+        `_reconnect_delay`), so the wait survives them up to ``deadline``."""
+        delay = _FIRST_RECONNECT_DELAY
+        while True:
+            try:
+                return self._wait_once(deadline)
+            except (DatabaseError, psycopg.OperationalError) as exc:  # the connection was lost
+                time.sleep(self._reconnect_delay(exc, delay, deadline))
+                delay = min(delay * 2, _MOST_RECONNECT_DELAY)
+
+    def _wait_once(self, deadline: float | None) -> StoredJobStatus:
         stores = self.app.stores
         jobs = stores.jobs
         with stores.database.connect() as conn:
@@ -264,6 +329,12 @@ class AsyncResult:
 
     def forget(self) -> None:
         """Accepted for Celery compatibility: results live in the job row until purged."""
+
+
+#: Seconds before `AsyncResult.get` connects again after losing its connection; doubled
+#: after each failed try, up to `_MOST_RECONNECT_DELAY`.
+_FIRST_RECONNECT_DELAY = 0.1
+_MOST_RECONNECT_DELAY = 2.0
 
 
 def _deadline(timeout: float | None, propagate: bool) -> float | None:

@@ -1,0 +1,221 @@
+"""Primary failover: the fleet follows a promoted standby without a restart, and with
+synchronous replication no acknowledged enqueue is lost.
+
+A private primary and a streaming standby (`cluster.primary_and_standby`, from the
+machine's PostgreSQL binaries). Every pgtasks process connects with one libpq
+multi-host DSN (``host=127.0.0.1,127.0.0.1 port=P1,P2 target_session_attrs=read-write``):
+two ``pgtasks worker`` processes, a ``pgtasks scheduler`` (on a simulated clock, a
+cron minute every 2 s), a producer thread enqueuing all the time and a thread
+waiting in ``AsyncResult.get``. Mid-run the primary is stopped (``immediate``: as a
+crash) and the standby promoted. The side ledger (`apps.ha_app`) gets its row in the
+job's own transaction, so it holds exactly one row per succeeded job.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from apps.ha_app import make_app, processes, setup_ledger
+from cluster import Server, multi_host_dsn, primary_and_standby
+from helpers import eventually
+
+import pgtasks
+import pgtasks.errors
+
+START = datetime(2025, 6, 2, 12, 0, 30, tzinfo=UTC)
+SPEED = 30.0  # simulated seconds per second: a cron minute every 2 s
+RECOVERY_WITHIN = 30.0  # seconds from the cut to a job finished on the new primary (measured: see docs)
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[Server, Server]]:
+    with primary_and_standby(synchronous=True) as servers:
+        yield servers
+
+
+class Producer(threading.Thread):
+    """Enqueues ``ha.record`` jobs one by one until stopped; keeps the ids it was
+    given (acknowledged enqueues) and counts the refusals (during the cut)."""
+
+    def __init__(self, app: pgtasks.App) -> None:
+        super().__init__(name="producer", daemon=True)
+        self.app = app
+        self.acknowledged: list[int] = []
+        self.refused = 0
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        n = 0
+        while not self.stop_event.is_set():
+            n += 1
+            try:
+                self.acknowledged.append(self.app.tasks["ha.record"].delay(n).id)
+            except pgtasks.errors.PgtasksError:
+                self.refused += 1
+                time.sleep(0.1)
+                continue
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(30)
+
+
+def one(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["immediate", "fast"])
+def test_failover_to_a_synchronous_standby_loses_no_acknowledged_job(
+    pair: tuple[Server, Server], tmp_path: Path, mode: str
+) -> None:
+    """``pg_ctl stop -m immediate`` (a crash) or ``-m fast`` of the primary, then
+    ``pg_ctl promote`` of the standby: every acknowledged enqueue succeeds exactly once
+    (one ledger row, written in the job's transaction), the scheduler creates one run
+    per cron tick, ``AsyncResult.get`` returns across the cut, and every process goes
+    on without a restart and exits 0 on SIGTERM."""
+    primary, standby = pair
+    with psycopg.connect(primary.dsn(), autocommit=True) as admin:
+        admin.execute("CREATE DATABASE test")
+    dsn = multi_host_dsn([primary, standby], "test")
+    setup_ledger(dsn)
+    app = make_app(dsn)
+    app.migrate()
+    app.schedules.create("tick", "ha.record", "* * * * *", overlap="allow", now=START)
+    anchor = time.time() + 3.0
+    clock = f"{START.isoformat()},{SPEED},{anchor!r}"
+    worker = ["worker", "-c", "4", "--poll-interval", "0.5", "--lease-timeout", "5"]
+    scheduler = ["scheduler", "--interval", "0.1", "--simulate-clock", clock]
+    producer = Producer(app)
+    waited: dict[str, Any] = {}
+    try:
+        with processes(dsn, tmp_path, worker, worker, scheduler) as procs:
+            db = psycopg.connect(primary.dsn("test"), autocommit=True)
+
+            def done() -> int:
+                return int(one(db, "SELECT count(*) FROM public.ha_ledger WHERE kind = 'done'"))
+
+            producer.start()
+            eventually(lambda: done() >= 100, timeout=60, message="jobs done before the cut")
+            eventually(
+                lambda: one(db, "SELECT count(*) FROM pgtasks.jobs WHERE schedule_name = 'tick'") >= 2,
+                timeout=30,
+                message="the scheduler fired before the cut",
+            )
+            db.close()
+            # A caller waiting for a result across the cut.
+            waiting = app.tasks["ha.record"].apply_async(args=(-1,), countdown=2)
+
+            def wait() -> None:
+                try:
+                    waited["result"] = waiting.get(timeout=120)
+                except Exception as exc:  # the assertion below shows it
+                    waited["error"] = exc
+
+            waiter = threading.Thread(target=wait, name="waiter", daemon=True)
+            waiter.start()
+            acknowledged_before = len(producer.acknowledged)
+            primary.stop(mode)
+            # The cut: the old primary is gone; what commits from here on commits on
+            # the new one, once promoted.
+            cut_wall = datetime.now(UTC)
+            cut = time.monotonic()
+            standby.promote()
+            promoted = time.monotonic() - cut
+            with psycopg.connect(standby.dsn("test"), autocommit=True) as new:
+
+                def first_done_after_cut() -> datetime | None:
+                    value: datetime | None = one(
+                        new,
+                        "SELECT min(at) FROM public.ha_ledger WHERE kind = 'done' AND at > %s",
+                        (cut_wall,),
+                    )
+                    return value
+
+                found = eventually(
+                    first_done_after_cut,
+                    timeout=RECOVERY_WITHIN + 30,
+                    interval=0.05,
+                    message="a job done after",
+                )
+                assert found is not None
+                first = found
+                recovery = (first - cut_wall).total_seconds()
+                # Go on for a while on the new primary, then let the queue drain.
+                eventually(
+                    lambda: len(producer.acknowledged) >= acknowledged_before + 200,
+                    timeout=60,
+                    message="enqueues on the new primary",
+                )
+                fired_after = eventually(
+                    lambda: (
+                        one(
+                            new,
+                            "SELECT count(*) FROM pgtasks.jobs"
+                            " WHERE schedule_name = 'tick' AND created_at > %s",
+                            (cut_wall,),
+                        )
+                        >= 2
+                    ),
+                    timeout=60,
+                    message="the scheduler fired on the new primary",
+                )
+                assert fired_after
+                producer.stop()
+                waiter.join(130)
+                eventually(
+                    lambda: (
+                        one(new, "SELECT count(*) FROM pgtasks.jobs WHERE status NOT IN ('succeeded')") == 0
+                    ),
+                    timeout=90,
+                    interval=0.2,
+                    message="every job succeeded",
+                )
+                ids = producer.acknowledged
+                runs: dict[int, int] = dict(
+                    new.execute(
+                        "SELECT job_id, count(*) FROM public.ha_ledger WHERE kind = 'done' GROUP BY job_id"
+                    ).fetchall()
+                )
+                missing = [i for i in ids if i not in runs]
+                twice = {i: n for i, n in runs.items() if n != 1}
+                statuses: dict[str, int] = dict(
+                    new.execute(
+                        "SELECT status, count(*) FROM pgtasks.jobs WHERE id = ANY(%s) GROUP BY status", (ids,)
+                    ).fetchall()
+                )
+                ticks = new.execute(
+                    "SELECT scheduled_for, count(*) FROM pgtasks.jobs WHERE schedule_name = 'tick'"
+                    " GROUP BY scheduled_for HAVING count(*) > 1"
+                ).fetchall()
+                retried = one(new, "SELECT count(*) FROM pgtasks.jobs WHERE attempt > 1")
+            codes = [p.stop() for p in procs]
+            logs = [p.log() for p in procs]
+    finally:
+        producer.stop()
+        app.close()
+    print(
+        f"failover ({mode}): {len(ids)} acknowledged enqueues"
+        f" ({len(ids) - acknowledged_before} after the cut), {producer.refused} refused during the cut;"
+        f" promote took {promoted:.2f}s; first job done on the new primary {recovery:.2f}s after the cut;"
+        f" {retried} jobs ran a second attempt"
+    )
+    assert missing == [], f"{len(missing)} acknowledged jobs lost"
+    assert twice == {}, "a job's transaction committed twice"
+    assert statuses == {"succeeded": len(ids)}
+    assert ticks == [], "two runs of one cron tick"
+    assert waited == {"result": -1}, waited
+    assert recovery < RECOVERY_WITHIN, recovery
+    assert codes == [0, 0, 0], [log[-3000:] for log in logs]
+    assert all(p.proc.returncode == 0 for p in procs)
+    assert timedelta(0) < first - cut_wall
