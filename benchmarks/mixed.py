@@ -8,10 +8,14 @@ ten a lock key (one key per 10 locked jobs; ``--lock-keys`` sets another count).
 probe drains the same backlog four ways, each in a fresh database, interleaved per
 repetition: ``plain`` (150 tenants only), ``retries``
 (plus the failing jobs), ``locks`` (plus the lock keys) and ``mixed`` (both: the
-figure). Each drain is the figure's own op, with its checks (every job succeeded,
+figure); and beside them the raw-SQL reference (`benchmarks.systems.raw_system`)
+twice: ``raw-plain`` (the same backlog with neither ingredient) and ``raw-mixed``
+(both, with the least SQL that does them correctly), so the figure's target (0.6 x
+raw's plain processing) can be read against what the work itself costs the
+reference. Each drain is the figure's own op, with its checks (every job succeeded,
 exactly the failing jobs retried) and the processing figure's worker fleet and
-timing. Prints per variant the median jobs/s and its ratio to ``plain``. It writes
-no report.
+timing. Prints per variant the median jobs/s and its ratio to ``plain``, then the
+figure over each raw variant. It writes no report.
 """
 
 from __future__ import annotations
@@ -29,13 +33,21 @@ from benchmarks import pg
 from benchmarks.environments import compile_project
 from benchmarks.probe import add_common_options, interleaved
 from benchmarks.sizes import MIXED_TENANTS, mixed_lock_keys
-from benchmarks.systems.base import Params
+from benchmarks.systems.base import Driver, Params
 from benchmarks.systems.clock import Clock
 from benchmarks.systems.ops import figure_mixed
 from benchmarks.systems.pgtasks_system import PgtasksDriver
+from benchmarks.systems.raw_system import RawDriver
 
-# Variant: (retries, lock keys), in the order they run.
-VARIANTS = {"plain": (False, False), "retries": (True, False), "locks": (False, True), "mixed": (True, True)}
+# Variant: (driver, retries, lock keys), in the order they run.
+VARIANTS: dict[str, tuple[type[Driver], bool, bool]] = {
+    "plain": (PgtasksDriver, False, False),
+    "retries": (PgtasksDriver, True, False),
+    "locks": (PgtasksDriver, False, True),
+    "mixed": (PgtasksDriver, True, True),
+    "raw-plain": (RawDriver, False, False),
+    "raw-mixed": (RawDriver, True, True),
+}
 JOBS = 20_000
 DEADLINE_SECONDS = 600.0
 CAP_SECONDS = 120.0
@@ -49,12 +61,12 @@ def measure(admin_dsn: str, variant: str, jobs: int, rep: int, lock_keys: int) -
         RuntimeError: the drain was cut at `CAP_SECONDS` or timed nothing.
         benchmarks.systems.clock.BenchmarkError: the work did not happen as specified.
     """
-    retries, locks = VARIANTS[variant]
-    name = f"bench_mixed_{variant}_{os.getpid()}_{rep}"
+    driver_cls, retries, locks = VARIANTS[variant]
+    name = f"bench_mixed_{variant.replace('-', '_')}_{os.getpid()}_{rep}"
     dsn = pg.create_database(admin_dsn, name)
     try:
         with tempfile.TemporaryDirectory() as workdir:
-            driver = PgtasksDriver(Params(dsn=dsn, workdir=Path(workdir), deadline=DEADLINE_SECONDS))
+            driver = driver_cls(Params(dsn=dsn, workdir=Path(workdir), deadline=DEADLINE_SECONDS))
             try:
                 driver.migrate()
                 result = figure_mixed(
@@ -107,7 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         name = names[index]
         spread = f"{min(runs):,.0f}-{max(runs):,.0f}"
         ratio = medians[name] / medians["plain"]
-        print(f"{name:>8}: {medians[name]:9,.0f} jobs/s ({spread}), {ratio:.2f}x of plain")
+        print(f"{name:>9}: {medians[name]:9,.0f} jobs/s ({spread}), {ratio:.2f}x of plain")
+    for reference in ("raw-plain", "raw-mixed"):
+        print(f"mixed over {reference}: {medians['mixed'] / medians[reference]:.2f}x")
+    print(f"raw-mixed over raw-plain: {medians['raw-mixed'] / medians['raw-plain']:.2f}x")
     return 0
 
 

@@ -12,9 +12,18 @@ sizes show the table a system that keeps history would have.
 Claim-path references: bulk in calls of 1,000 is one multi-row ``INSERT`` of 1,000
 rows per statement into ``bench_jobs``, each statement its own commit (autocommit);
 concurrent enqueue is the single-row ``INSERT`` from each thread on a psycopg
-connection of its own (as a pool sized to the threads would hand out). The mixed-work
-figure is not run here: pgtasks' mixed work is compared with this reference's plain
-processing figure of the same repetition.
+connection of its own (as a pool sized to the threads would hand out).
+
+Mixed work (`benchmarks.systems.ops.figure_mixed`): the same worker, given the least
+SQL that does that work correctly, so that what the work itself costs shows beside
+pgtasks' figure. The table gains a lock key and an attempt counter (nullable
+columns, added when the mixed jobs are enqueued) and a unique index of running lock
+keys; a claim skips a locked job whose key runs or is being claimed by the other
+worker (a transaction-level advisory lock on the key, as pgtasks takes), takes at
+most one job per key, and counts the attempt; a failing first attempt goes back to
+``queued`` (retried at once), the rest are completed as in plain processing. A claim
+that still meets a running key (the unique index) is retried at once. The tenant is
+stored but not served in turn: this reference has no fairness.
 
 Runs in its own virtual environment holding psycopg.
 """
@@ -27,10 +36,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.systems.base import Driver, Params, Producers, SystemSpec
-from benchmarks.systems.clock import Unsupported
+from benchmarks.systems.base import Driver, MixedJob, Params, Producers, SystemSpec
 from benchmarks.systems.entry import main
-from benchmarks.systems.records import Job, committed_count, record_committed, run_task
+from benchmarks.systems.records import (
+    FAIL_ONCE,
+    Job,
+    committed_count,
+    record_committed,
+    record_failed_attempt,
+    run_task,
+)
 
 WORKER_PROCESSES = 2
 CLAIM_BATCH = 100
@@ -62,6 +77,36 @@ WITH c AS (
 UPDATE bench_jobs j SET status = 'running' FROM c WHERE j.id = c.id RETURNING j.id, j.args
 """
 COMPLETE = "UPDATE bench_jobs SET status = 'done' WHERE id = ANY(%s) AND status = 'running'"
+MIXED_SCHEMA = """
+ALTER TABLE bench_jobs ADD COLUMN tenant text, ADD COLUMN lock_key text, ADD COLUMN attempt integer;
+CREATE UNIQUE INDEX bench_jobs_lock_running ON bench_jobs (lock_key)
+    WHERE status = 'running' AND lock_key IS NOT NULL;
+"""
+MIXED_COPY = "COPY bench_jobs (args, tenant, lock_key) FROM STDIN"
+MIXED_CLAIM = """
+WITH c AS (
+    SELECT id, lock_key FROM bench_jobs j
+    WHERE status = 'queued'
+      AND (lock_key IS NULL OR (
+            NOT EXISTS (SELECT 1 FROM bench_jobs r WHERE r.lock_key = j.lock_key AND r.status = 'running')
+            AND pg_try_advisory_xact_lock(hashtext(lock_key))))
+    ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED
+), one_per_key AS (
+    SELECT id FROM c WHERE lock_key IS NULL
+    UNION ALL
+    SELECT DISTINCT ON (lock_key) id FROM c WHERE lock_key IS NOT NULL
+)
+UPDATE bench_jobs j SET status = 'running', attempt = coalesce(j.attempt, 0) + 1
+FROM one_per_key o WHERE j.id = o.id RETURNING j.id, j.args, j.attempt
+"""
+RETRY = "UPDATE bench_jobs SET status = 'queued' WHERE id = ANY(%s) AND status = 'running'"
+PLAIN_OUTCOME = (
+    "SELECT count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status <> 'done') FROM bench_jobs"
+)
+MIXED_OUTCOME = (
+    "SELECT count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status <> 'done'),"
+    " count(*) FILTER (WHERE attempt > 1) FROM bench_jobs"
+)
 PENDING = "SELECT count(*) FROM bench_jobs WHERE status IN ('queued', 'running')"
 
 
@@ -108,6 +153,7 @@ class RawDriver(Driver):
         import psycopg
 
         self.conn = psycopg.connect(params.dsn, autocommit=True)
+        self.mixed = False
 
     def migrate(self) -> None:
         self.conn.execute(SCHEMA)
@@ -138,11 +184,32 @@ class RawDriver(Driver):
     def producers(self, threads: int) -> Producers:
         return RawProducers(self.params.dsn, threads)
 
-    def enqueue_mixed(self, jobs: Sequence[Any]) -> None:
-        raise Unsupported("the reference runs plain processing; pgtasks' mixed work is compared with that")
+    def enqueue_mixed(self, jobs: Sequence[MixedJob]) -> None:
+        """Add the mixed-work columns and index, then COPY ``jobs`` (see the module docstring);
+        the workers started after this claim them as mixed work. Jobs with neither a
+        lock key nor a planned failure are plain processing, enqueued and claimed as such."""
+        if all(kind != FAIL_ONCE and lock is None for kind, _, lock in jobs):
+            self.enqueue_bulk([(kind, 0.0) for kind, _, _ in jobs])
+            return
+        self.conn.execute(MIXED_SCHEMA)
+        with self.conn.cursor() as cur, cur.copy(MIXED_COPY) as copy:
+            for kind, tenant, lock in jobs:
+                copy.write_row((json.dumps({"k": kind, "t": 0.0}), tenant, lock))
+        self.mixed = True
+
+    def mixed_outcome(self) -> dict[str, int]:
+        if not self.mixed:  # plain processing: no attempt column, no retries
+            row = self.conn.execute(PLAIN_OUTCOME).fetchone()
+            assert row is not None  # an aggregate returns one row
+            return {"succeeded": int(row[0]), "other": int(row[1]), "retried": 0}
+        row = self.conn.execute(MIXED_OUTCOME).fetchone()
+        assert row is not None  # an aggregate returns one row
+        return {"succeeded": int(row[0]), "other": int(row[1]), "retried": int(row[2])}
 
     def worker_commands(self) -> list[list[str]]:
         command = [sys.executable, "-m", "benchmarks.systems.raw_system", "worker"]
+        if self.mixed:
+            command.append(json.dumps({"args": {"mixed": True}}))
         return [command] * WORKER_PROCESSES
 
     def pending(self) -> int | None:
@@ -157,6 +224,9 @@ class RawDriver(Driver):
     def serve_worker(cls, params: Params) -> None:
         import psycopg
 
+        if params.args.get("mixed"):
+            cls._serve_mixed(params)
+            return
         with psycopg.connect(params.dsn, autocommit=True) as conn:
             while True:
                 rows: list[tuple[int, Any]] = conn.execute(CLAIM, (CLAIM_BATCH,)).fetchall()
@@ -167,6 +237,35 @@ class RawDriver(Driver):
                     run_task(args["k"], args["t"])
                 conn.execute(COMPLETE, ([row[0] for row in rows],))
                 record_committed(len(rows))
+
+    @classmethod
+    def _serve_mixed(cls, params: Params) -> None:
+        """The worker loop of mixed work (see the module docstring)."""
+        import psycopg
+
+        with psycopg.connect(params.dsn, autocommit=True) as conn:
+            while True:
+                try:
+                    rows: list[tuple[int, Any, int]] = conn.execute(MIXED_CLAIM, (CLAIM_BATCH,)).fetchall()
+                except psycopg.errors.UniqueViolation:
+                    continue  # a key's job committed running after this claim's snapshot
+                if not rows:
+                    time.sleep(IDLE_POLL_SECONDS)
+                    continue
+                done: list[int] = []
+                retry: list[int] = []
+                for job_id, args, attempt in rows:
+                    if args["k"] == FAIL_ONCE and attempt == 1:
+                        record_failed_attempt()
+                        retry.append(job_id)
+                    else:
+                        run_task(args["k"], args["t"])
+                        done.append(job_id)
+                if retry:
+                    conn.execute(RETRY, (retry,))
+                if done:
+                    conn.execute(COMPLETE, (done,))
+                    record_committed(len(done))
 
     def close(self) -> None:
         self.conn.close()

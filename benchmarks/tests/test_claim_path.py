@@ -21,7 +21,7 @@ import pytest
 from benchmarks.figures import METRICS, TARGETS, MissingInput, load_rate
 from benchmarks.report import target_outcome
 from benchmarks.systems.base import Driver, Params
-from benchmarks.systems.clock import BenchmarkError, Clock, Unsupported
+from benchmarks.systems.clock import BenchmarkError, Clock
 from benchmarks.systems.ops import (
     WARMUP_CALLS,
     figure_bulk_chunked,
@@ -115,13 +115,17 @@ def test_mixed_work_fails_when_the_counts_disagree(empty_dsn: str, tmp_path: Pat
             figure_mixed(driver, Clock(120), 100, tenants=7, lock_keys=2, cap=60)
 
 
-def test_the_raw_reference_refuses_mixed_work_and_writes_nothing(
-    empty_dsn: str, tmp_path: Path, workers_env: None
-) -> None:
+def test_raw_does_the_same_mixed_work(empty_dsn: str, tmp_path: Path, workers_env: None) -> None:
     for driver in _driver(RawDriver, empty_dsn, tmp_path):
-        with pytest.raises(Unsupported, match="plain processing"):
-            figure_mixed(driver, Clock(60), 100, tenants=7, lock_keys=2)
-    assert _count(empty_dsn, QUEUE_ROWS["raw"]) == 0
+        result = figure_mixed(driver, Clock(120), 600, tenants=150, lock_keys=5, cap=60)
+        assert result["partial"] is False
+        assert result["jobs_done"] == 600
+        assert result["recorded_succeeded"] == 600 and result["recorded_other"] == 0
+        assert result["fail_once_jobs"] == result["recorded_retried"] == result["failed_attempts"] == 60
+        assert result["lock_jobs"] == 60
+    rows = "SELECT count(DISTINCT tenant), count(*) FILTER (WHERE lock_key IS NOT NULL) FROM bench_jobs"
+    with psycopg.connect(empty_dsn) as conn:
+        assert conn.execute(rows).fetchone() == (150, 60)
 
 
 def test_producers_enqueue_every_job_from_each_thread_count(driver: Driver) -> None:
