@@ -111,12 +111,16 @@ class AppLoader:
         app_spec: ``module:attr`` from ``-A``, or None.
         dsn: ``--dsn``, or None for the app's own.
         plugins: modules from ``--plugin``, loaded into the app's plugin manager.
+        read_dsn: ``--read-dsn`` (``PGTASKS_READ_DSN``), or None for the app's own
+            ``Settings.read_dsn``: where the read-only commands read (`reader`).
     """
 
     app_spec: str | None
     dsn: str | None = field(repr=False)  # may hold a password
     plugins: tuple[str, ...]
+    read_dsn: str | None = field(default=None, repr=False)  # may hold a password
     _app: pgtasks.App | None = field(default=None, repr=False)
+    _reader: pgtasks.App | None = field(default=None, repr=False)
 
     def get(self) -> pgtasks.App:
         """The app from ``-A``, or a bare one on the configured DSN when no ``-A`` was given.
@@ -136,7 +140,31 @@ class AppLoader:
             self._app = app
         return self._app
 
+    def reader(self) -> pgtasks.App:
+        """The app the read-only commands read through (``jobs list`` and ``show``,
+        ``queues``, ``workers``, the dashboard's pages): one on the read DSN (a
+        replica: ``--read-dsn``, else the app's ``Settings.read_dsn``) with the
+        loaded app's tasks and settings, or the loaded app itself when there is none.
+        Nothing writes through it.
+
+        Raises:
+            ConfigurationError: the app cannot be loaded, or the read DSN is refused
+                as `pgtasks.Settings` refuses a DSN (never echoed).
+        """
+        app = self.get()
+        read_dsn = self.read_dsn or app.settings.read_dsn
+        if read_dsn is None:
+            return app
+        if self._reader is None:
+            settings = replace(app.settings, dsn=read_dsn, dsn_source="read_dsn", read_dsn=None)
+            reader = pgtasks.App(app.name, settings=settings, load_entry_points=False)
+            reader.tasks.update(app.tasks)  # the tasks' redaction rules, for what is shown
+            self._reader = reader
+        return self._reader
+
     def close(self) -> None:
-        """Close the connections of the app `get` loaded, if it loaded one (they reopen on use)."""
+        """Close the connections of the apps `get` and `reader` loaded, if any (they reopen on use)."""
         if self._app is not None:
             self._app.close()
+        if self._reader is not None:
+            self._reader.close()

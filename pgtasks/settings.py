@@ -261,7 +261,12 @@ class Settings:
         embedded_dir: data directory of the embedded server (None: its default).
         pool_size: most pooled connections per process (1..1000).
         prepare_threshold: psycopg's server-side prepare threshold (an int >= 0), or None to
-            disable prepared statements (PgBouncer transaction pooling before 1.21).
+            disable prepared statements (PgBouncer transaction pooling before 1.21;
+            ``PGTASKS_PREPARE_THRESHOLD=off``, or a number).
+        read_dsn: libpq DSN or URI of a replica for the read-only views (``jobs list``
+            and ``show``, ``queues``, ``metrics``, the dashboard; ``PGTASKS_READ_DSN``),
+            or None to read on ``dsn``. Writes never go there. A hot standby lags the
+            primary by its replay delay: what it shows may be that much behind.
         load_entry_points: whether plugins of the ``pgtasks`` entry-point group are
             loaded automatically (``PGTASKS_DISABLE_PLUGIN_AUTOLOAD=1`` turns it off).
         ocr_roots: absolute directories the OCR task (plugin ``pgtasks_ocr``) may read
@@ -280,6 +285,7 @@ class Settings:
     embedded_dir: Path | None = None
     pool_size: int = 8
     prepare_threshold: int | None = 5
+    read_dsn: str | None = None
     load_entry_points: bool = True
     ocr_roots: tuple[Path, ...] = ()
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
@@ -289,6 +295,7 @@ class Settings:
         # settings object in a log line, a traceback or a debugger shows none.
         values = {name: getattr(self, name) for name in self.__dataclass_fields__}
         values["dsn"] = redact_dsn(self.dsn)
+        values["read_dsn"] = redact_dsn(self.read_dsn)
         return "Settings(" + ", ".join(f"{name}={value!r}" for name, value in values.items()) + ")"
 
     def __post_init__(self) -> None:
@@ -297,6 +304,10 @@ class Settings:
             if not isinstance(self.dsn, str) or not self.dsn.strip():
                 raise ConfigurationError(f"empty DSN from {self.dsn_source}")
             _check_dsn(self.dsn, self.dsn_source)
+        if self.read_dsn is not None:
+            if not isinstance(self.read_dsn, str) or not self.read_dsn.strip():
+                raise ConfigurationError("read_dsn (PGTASKS_READ_DSN) must be a non-empty DSN or None")
+            _check_dsn(self.read_dsn, "read_dsn")
         if self.embedded_dir is not None and not isinstance(self.embedded_dir, Path):
             raise ConfigurationError(f"embedded_dir must be a Path or None, got {short(self.embedded_dir)}")
         check_int("pool_size", self.pool_size, 1, MAX_POOL_SIZE)
@@ -353,12 +364,20 @@ class Settings:
         }
         if "retention" not in overrides:
             values["retention"] = RetentionPolicy.from_env(env)
+        if "prepare_threshold" not in overrides and env.get("PGTASKS_PREPARE_THRESHOLD", "").strip():
+            values["prepare_threshold"] = _parse_prepare_threshold(env["PGTASKS_PREPARE_THRESHOLD"])
+        if "read_dsn" not in overrides and env.get("PGTASKS_READ_DSN", "").strip():
+            values["read_dsn"] = env["PGTASKS_READ_DSN"]
         unknown = sorted(set(overrides) - set(cls.__dataclass_fields__))
         if unknown:
             allowed = ", ".join(sorted(cls.__dataclass_fields__))
             raise ConfigurationError(f"unknown setting(s) {', '.join(unknown)}; allowed: {allowed}")
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
+
+    def resolve_read_dsn(self) -> str:
+        """The DSN the read-only views connect with: `read_dsn`, else `resolve_dsn`."""
+        return self.read_dsn if self.read_dsn is not None else self.resolve_dsn()
 
     def resolve_dsn(self) -> str:
         """The DSN to connect with, starting the embedded server when none is set."""
@@ -367,6 +386,23 @@ class Settings:
         from pgtasks.embedded import embedded_dsn
 
         return embedded_dsn(self.embedded_dir)
+
+
+def _parse_prepare_threshold(text: str) -> int | None:
+    """``PGTASKS_PREPARE_THRESHOLD``: ``off`` (also ``none``, ``never``: no prepared
+    statements, for PgBouncer's transaction pooling before 1.21) or a number >= 0.
+
+    Raises:
+        ConfigurationError: anything else.
+    """
+    value = text.strip().lower()
+    if value in {"off", "none", "never"}:
+        return None
+    if not value.isdigit():
+        raise ConfigurationError(
+            f"PGTASKS_PREPARE_THRESHOLD must be 'off' or a number >= 0, got {short(text)}"
+        )
+    return int(value)
 
 
 def _check_dsn(dsn: str, source: str) -> None:

@@ -59,6 +59,13 @@ COMMANDS: dict[str, str] = {
     help="PostgreSQL DSN (default: PGTASKS_DSN, DATABASE_URL, else the embedded server).",
 )
 @click.option(
+    "--read-dsn",
+    envvar="PGTASKS_READ_DSN",
+    default=None,
+    help="DSN of a replica for the read-only commands (jobs list/show, queues, workers, dashboard). "
+    "Env: PGTASKS_READ_DSN.",
+)
+@click.option(
     "--plugin", "plugins", multiple=True, metavar="MODULE", help="Load a plugin module (repeatable)."
 )
 @click.option(
@@ -70,13 +77,18 @@ COMMANDS: dict[str, str] = {
 )
 @click.pass_context
 def cli(
-    ctx: click.Context, app_spec: str | None, dsn: str | None, plugins: tuple[str, ...], loglevel: str
+    ctx: click.Context,
+    app_spec: str | None,
+    dsn: str | None,
+    read_dsn: str | None,
+    plugins: tuple[str, ...],
+    loglevel: str,
 ) -> None:
     """pgtasks: background tasks on PostgreSQL."""
     configure_logging(loglevel)
     if ctx.obj == PROCESS_ENTRY_KEY:  # set by main(), see there
         ctx.meta[PROCESS_ENTRY_KEY] = True
-    loader = AppLoader(app_spec=app_spec, dsn=dsn, plugins=plugins)
+    loader = AppLoader(app_spec=app_spec, dsn=dsn, plugins=plugins, read_dsn=read_dsn)
     ctx.obj = loader
     ctx.call_on_close(loader.close)  # also when click runs inside another program (CliRunner)
 

@@ -89,6 +89,8 @@ def dashboard_command(
         read_app = None
         if read_dsn is not None:
             read_app = pgtasks.App(app.name, dsn=read_dsn, load_entry_points=False)
+        elif loader.reader() is not app:  # --read-dsn of the command line, PGTASKS_READ_DSN
+            read_app = loader.reader()
         web = create_app(app, token=token, tenant=tenant, read_app=read_app)
     except PgtasksError as exc:
         fail(exc)

@@ -67,12 +67,16 @@ _TENANT_HELP = "Act only on this tenant's jobs (another tenant's id is reported 
 tenant_option = click.option("--tenant", default=None, help=_TENANT_HELP)
 
 
-def _jobs_api(loader: AppLoader, tenant: str | None) -> App | TenantScope:
-    """The app (the operator's view), or ``app.tenant(tenant)`` when ``--tenant`` is given.
+def _jobs_api(loader: AppLoader, tenant: str | None, *, read: bool = False) -> App | TenantScope:
+    """The app (the operator's view), or ``app.tenant(tenant)`` when ``--tenant`` is given;
+    with ``read``, the app on the read DSN if there is one (`AppLoader.reader`).
 
     Exits with status 1 and the error when the tenant name is refused.
     """
-    app = loader.get()
+    try:
+        app = loader.reader() if read else loader.get()
+    except PgtasksError as exc:
+        fail(exc)
     if tenant is None:
         return app
     try:
@@ -105,7 +109,7 @@ def jobs_list(
     With ``--json``: an array of job objects (``[]`` when nothing matches); the next
     page is ``--before`` the last id.
     """
-    api = _jobs_api(loader, tenant)
+    api = _jobs_api(loader, tenant, read=True)
     filters: dict[str, Any] = {"status": status, "queue": queue, "task_name": task_name}
     try:
         jobs = api.list_jobs(**filters, before_id=before_id, limit=limit)
@@ -145,7 +149,7 @@ def jobs_show(loader: AppLoader, job_id: int, tenant: str | None, as_json: bool)
     result and progress, and secrets in error messages (`pgtasks.redaction`).
     With ``--json``: one job object with its timeline.
     """
-    api = _jobs_api(loader, tenant)
+    api = _jobs_api(loader, tenant, read=True)
     try:
         job = api.get_job(job_id)
     except PgtasksError as exc:
@@ -343,7 +347,7 @@ def _id_list(job_ids: tuple[int, ...], most: int = 10) -> str:
 def queues_command(loader: AppLoader, as_json: bool) -> None:
     """Job counts per queue and status (``--json``: an array of queue objects)."""
     try:
-        rows = loader.get().queue_stats()
+        rows = loader.reader().queue_stats()
     except PgtasksError as exc:
         fail(exc)
     if as_json:
@@ -372,7 +376,7 @@ def workers_command(loader: AppLoader, as_json: bool) -> None:
     """Registered workers, their lease, running jobs and jobs claimed ahead
     (``--json``: an array of worker objects)."""
     try:
-        workers = loader.get().stores.workers.list()
+        workers = loader.reader().stores.workers.list()
     except PgtasksError as exc:
         fail(exc)
     if as_json:
