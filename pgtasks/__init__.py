@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgtasks import errors
 from pgtasks.app import App
+from pgtasks.canvas import GroupResult, chain, chord, group
 from pgtasks.context import Request, TaskContext
 from pgtasks.hookspecs import hookimpl
 from pgtasks.records import Attempt, Job, Requeue
@@ -34,6 +35,7 @@ __all__ = [
     "App",
     "AsyncResult",
     "Attempt",
+    "GroupResult",
     "Job",
     "JobStatus",
     "Request",
@@ -49,7 +51,10 @@ __all__ = [
     "TenantScope",
     "Trigger",
     "__version__",
+    "chain",
+    "chord",
     "errors",
+    "group",
     "hookimpl",
 ]
 

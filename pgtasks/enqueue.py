@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
 
+import pgtasks.flow as flow_control
 from pgtasks.db import AnyAsyncConnection, AnyConnection, NewJob
-from pgtasks.errors import ConfigurationError
+from pgtasks.errors import AlreadyQueued, ConfigurationError, JobNotFound
 from pgtasks.plugins import call_isolated
 from pgtasks.result import AsyncResult
 from pgtasks.serialization import dumps
@@ -41,7 +42,7 @@ from pgtasks.task import (
     check_tenant,
     resolve_key,
 )
-from pgtasks.validation import check_headers_size
+from pgtasks.validation import check_choice, check_headers_size, check_job_id, short
 
 if TYPE_CHECKING:
     import pluggy
@@ -49,10 +50,26 @@ if TYPE_CHECKING:
     from pgtasks.ports import ResultSource
     from pgtasks.task import Signature, Task
 
-__all__ = ["COPY_THRESHOLD", "BatchCall", "JobEnqueuer", "async_connection", "check_connection"]
+__all__ = [
+    "COPY_THRESHOLD",
+    "MAX_PREREQUISITES",
+    "BatchCall",
+    "JobEnqueuer",
+    "async_connection",
+    "check_connection",
+    "prerequisite_ids",
+]
 
 #: Batches of at least this many plain jobs go through COPY (fewer: one multi-row INSERT).
 COPY_THRESHOLD: Final = 64
+
+#: Most prerequisites one job may wait for (``depends_on``, a chord's header).
+MAX_PREREQUISITES: Final = 10_000
+
+# The options that make an enqueue write a waiting job or callbacks with it; the
+# private ones are set by pgtasks.canvas and by links.
+_LINK_OPTIONS: Final = ("depends_on", "link", "link_error", "_pass_results")
+_ON_FAILURE: Final = ("cancel", "run")
 
 # One call of a batch, encoded: (args JSON, kwargs JSON, headers JSON, lock key, unique key).
 _CallFields = tuple[str, str, str, str | None, str | None]
@@ -80,6 +97,97 @@ def async_connection(conn: object) -> AnyAsyncConnection | None:
     """``conn`` if it is a ``psycopg.AsyncConnection`` (the asyncio enqueue writes
     through it natively), else None."""
     return conn if isinstance(conn, psycopg.AsyncConnection) else None
+
+
+def _has_links(options: Mapping[str, Any]) -> bool:
+    """Whether an enqueue's options ask for prerequisites or callbacks."""
+    return any(options.get(name) is not None for name in _LINK_OPTIONS)
+
+
+def prerequisite_ids(depends_on: object) -> list[int]:
+    """The job ids of a ``depends_on`` option, in order, each once.
+
+    Args:
+        depends_on: None, or an iterable of `AsyncResult` objects, job ids (int) and
+            group results (anything with a ``results`` list of `AsyncResult`); a single
+            `AsyncResult` is taken as a list of one.
+
+    Raises:
+        ConfigurationError: anything else, an id outside the bigint range, or more
+            than `MAX_PREREQUISITES` of them.
+    """
+    if depends_on is None:
+        return []
+    if isinstance(depends_on, AsyncResult):
+        depends_on = [depends_on]
+    if isinstance(depends_on, str | bytes | Mapping) or not isinstance(depends_on, Iterable):
+        raise ConfigurationError(
+            f"depends_on must be a list of AsyncResult objects or job ids, got {short(depends_on)}"
+        )
+    ids: dict[int, None] = {}
+    for item in depends_on:
+        results = getattr(item, "results", None)
+        if isinstance(item, AsyncResult):
+            ids[item.id] = None
+        elif isinstance(results, list) and all(isinstance(r, AsyncResult) for r in results):
+            ids.update(dict.fromkeys(r.id for r in results))
+        elif isinstance(item, int) and not isinstance(item, bool):
+            ids[check_job_id("depends_on", item)] = None
+        else:
+            raise ConfigurationError(f"depends_on holds AsyncResult objects or job ids, got {short(item)}")
+        if len(ids) > MAX_PREREQUISITES:
+            raise ConfigurationError(f"depends_on names more than {MAX_PREREQUISITES} jobs")
+    return list(ids)
+
+
+def _callbacks(label: str, value: object) -> list[Signature]:
+    """The signatures of a ``link`` or ``link_error`` option (one, or a list).
+
+    Raises:
+        ConfigurationError: anything but signatures.
+    """
+    from pgtasks.task import Signature
+
+    if value is None:
+        return []
+    items = [value] if isinstance(value, Signature) else value
+    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+        raise ConfigurationError(
+            f"{label} must be a signature (task.s(...)) or a list of them, got {short(value)}"
+        )
+    sigs = list(items)
+    for sig in sigs:
+        if not isinstance(sig, Signature):
+            raise ConfigurationError(f"{label} holds signatures (task.s(...)), got {short(sig)}")
+    return sigs
+
+
+def _dependency_params(options: Mapping[str, Any]) -> tuple[list[int], str, str, str]:
+    """(prerequisite ids, run_on, on_failure, pass_results) of an enqueue's options.
+
+    Raises:
+        ConfigurationError: a bad ``depends_on`` or ``on_prerequisite_failure``.
+    """
+    prerequisites = prerequisite_ids(options.get("depends_on"))
+    on_failure = options.get("on_prerequisite_failure")
+    on_failure = (
+        "cancel" if on_failure is None else check_choice("on_prerequisite_failure", on_failure, _ON_FAILURE)
+    )
+    return prerequisites, options.get("_run_on", "success"), on_failure, options.get("_pass_results", "none")
+
+
+def _callback_options(sig: Signature, job_id: int, tenant: str, run_on: str, tx: Any) -> dict[str, Any]:
+    """The enqueue options of a ``link`` (run_on ``success``) or ``link_error``
+    (``failure``) callback of job ``job_id``, written in transaction ``tx``."""
+    return {
+        **sig.options,
+        "tenant": tenant,
+        "depends_on": [job_id],
+        "_run_on": run_on,
+        "_pass_results": "none" if sig.immutable else "each",
+        "_prepended": 0 if sig.immutable else 1,
+        "connection": tx,
+    }
 
 
 def _options_key(task: Task, options: Mapping[str, Any]) -> Hashable:
@@ -160,6 +268,9 @@ class JobEnqueuer:
     def __init__(self, source: ResultSource, plugin_manager: pluggy.PluginManager) -> None:
         self.source = source
         self.plugin_manager = plugin_manager
+        #: Rate limits per queue (``App.queue_rate_limit``): a job without a rate limit
+        #: of its own, enqueued to one of these queues, gets its queue's.
+        self.queue_rates: dict[str, flow_control.Rate] = {}
 
     def _before_enqueue_hooked(self) -> bool:
         """Whether a plugin implements ``pgtasks_before_enqueue``."""
@@ -192,7 +303,8 @@ class JobEnqueuer:
                 headers exceed `pgtasks.validation.MAX_HEADERS_BYTES` as JSON.
             SerializationError: an argument or header cannot round-trip exactly.
         """
-        task.check_call(args, kwargs)
+        prepended = options.get("_prepended", 0)  # results a dependency will put first
+        task.check_call((None,) * prepended + args if prepended else args, kwargs)
         opts = task.options
         lock_key, unique_key, headers = base["lock_key"], base["unique_key"], base["headers"]
         if opts.lock is not None and "lock" not in options:
@@ -251,7 +363,28 @@ class JobEnqueuer:
             scheduled_for=options.get("_scheduled_for"),
             parent_id=options.get("_parent_id"),
             correlation_id=options.get("_correlation_id"),
+            flow=self.flow(task, args, kwargs, options, base),
         )
+
+    def flow(
+        self, task: Task, args: tuple[Any, ...], kwargs: Mapping[str, Any], options: Mapping[str, Any],
+        base: Mapping[str, Any],
+    ) -> flow_control.FlowFields | None:  # fmt: skip
+        """The flow control of one call (`pgtasks.flow.flow_fields`), None for none; ``base``
+        is `option_params` of (task, options). A task without any, called without any and
+        to a queue without a rate limit, costs a few lookups.
+
+        Raises:
+            ConfigurationError: see `pgtasks.flow.flow_fields`.
+        """
+        queue_rate = self.queue_rates.get(base["queue"]) if self.queue_rates else None
+        asked = bool(options) and not flow_control.FLOW_OPTIONS.isdisjoint(options)
+        if not task.flow.active and queue_rate is None and not asked:
+            return None
+        return flow_control.flow_fields(
+            task.flow, task_name=task.name, fn=task.fn, bind=task.options.bind, args=args, kwargs=kwargs,
+            tenant=base["tenant"], options=options, queue=base["queue"], queue_rate=queue_rate,
+        )  # fmt: skip
 
     def _enqueued(self, job: NewJob, job_id: int, *, in_transaction: bool) -> AsyncResult:
         """Tell plugins (``pgtasks_after_enqueue``) and return the new job's result."""
@@ -278,6 +411,8 @@ class JobEnqueuer:
             AlreadyQueued: an unfinished job holds the unique key.
             DatabaseError: PostgreSQL refused the write.
         """
+        if _has_links(options):
+            return self._enqueue_linked(task, args, kwargs, options)
         conn = check_connection(options.get("connection"))
         job = self.new_job(task, args, kwargs, options)
         stores = self.source.stores
@@ -312,8 +447,83 @@ class JobEnqueuer:
         conn = async_connection(options.get("connection"))
         if conn is None:
             return await asyncio.to_thread(self.enqueue, task, args, kwargs, options)
+        if _has_links(options):
+            return await self._enqueue_linked_async(task, args, kwargs, options, conn)
         job = self.new_job(task, args, kwargs, options)
         job_id = await self.source.stores.jobs.insert_async(job, conn=conn, notify=True)
+        return self._enqueued(job, job_id, in_transaction=True)
+
+    def _enqueue_linked(
+        self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]
+    ) -> AsyncResult:
+        """`enqueue` of a job with prerequisites (``depends_on``) or callbacks (``link``,
+        ``link_error``): the job, its edges and its callbacks in one transaction (the
+        caller's with ``connection=``).
+
+        Raises:
+            JobNotFound: a prerequisite is no job of the job's tenant (nothing written).
+            ConfigurationError, SerializationError, AlreadyQueued, DatabaseError: as `enqueue`.
+        """
+        conn = check_connection(options.get("connection"))
+        prerequisites, run_on, on_failure, pass_results = _dependency_params(options)
+        links = _callbacks("link", options.get("link"))
+        errbacks = _callbacks("link_error", options.get("link_error"))
+        job = self.new_job(task, args, kwargs, options)
+        stores = self.source.stores
+        jobs = stores.jobs
+        with stores.database.transaction(conn) as tx:
+            if prerequisites:
+                found = set(jobs.lock_prerequisites(ids=prerequisites, tenant=job.tenant, conn=tx))
+                missing = [i for i in prerequisites if i not in found]
+                if missing:
+                    raise JobNotFound(missing[0])
+                job_id = jobs.insert(job, conn=tx, notify=False)
+                jobs.block(
+                    id=job_id, prerequisites=prerequisites, run_on=run_on, on_failure=on_failure,
+                    pass_results=pass_results, conn=tx,
+                )  # fmt: skip
+            else:
+                job_id = jobs.insert(job, conn=tx, notify=True)  # wakes its queue on commit
+            for kind, sigs in (("success", links), ("failure", errbacks)):
+                for sig in sigs:
+                    self.enqueue(
+                        sig.task, tuple(sig.args), dict(sig.kwargs),
+                        _callback_options(sig, job_id, job.tenant, kind, tx),
+                    )  # fmt: skip
+        return self._enqueued(job, job_id, in_transaction=conn is not None)
+
+    async def _enqueue_linked_async(
+        self,
+        task: Task,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: Mapping[str, Any],
+        conn: AnyAsyncConnection,
+    ) -> AsyncResult:
+        """`_enqueue_linked` on the caller's asyncio connection, in its transaction."""
+        prerequisites, run_on, on_failure, pass_results = _dependency_params(options)
+        links = _callbacks("link", options.get("link"))
+        errbacks = _callbacks("link_error", options.get("link_error"))
+        job = self.new_job(task, args, kwargs, options)
+        jobs = self.source.stores.jobs
+        if prerequisites:
+            found = set(await jobs.lock_prerequisites_async(ids=prerequisites, tenant=job.tenant, conn=conn))
+            missing = [i for i in prerequisites if i not in found]
+            if missing:
+                raise JobNotFound(missing[0])
+            job_id = await jobs.insert_async(job, conn=conn, notify=False)
+            await jobs.block_async(
+                id=job_id, prerequisites=prerequisites, run_on=run_on, on_failure=on_failure,
+                pass_results=pass_results, conn=conn,
+            )  # fmt: skip
+        else:
+            job_id = await jobs.insert_async(job, conn=conn, notify=True)
+        for kind, sigs in (("success", links), ("failure", errbacks)):
+            for sig in sigs:
+                await self.enqueue_async(
+                    sig.task, tuple(sig.args), dict(sig.kwargs),
+                    _callback_options(sig, job_id, job.tenant, kind, conn),
+                )  # fmt: skip
         return self._enqueued(job, job_id, in_transaction=True)
 
     def enqueue_batch(self, calls: Iterable[BatchCall], *, connection: Any = None) -> list[AsyncResult]:
@@ -335,12 +545,16 @@ class JobEnqueuer:
             DatabaseError: PostgreSQL refused the write (nothing is written).
         """
         conn = check_connection(connection)
+        calls = calls if isinstance(calls, list) else list(calls)
+        if any(_has_links(call[3]) for call in calls):
+            return self._enqueue_batch_linked(calls, conn)
         # Validated options per (task, options): keyed by content, or by identity when an
         # option is unhashable; each entry keeps its options object alive, so an id in a
         # key cannot be reused by another call's options during the loop.
         bases: dict[Hashable, tuple[Mapping[str, Any], dict[str, Any]]] = {}
         hooked = self._before_enqueue_hooked()
         rows: list[_CallFields] = []
+        flows: list[flow_control.FlowFields | None] = []  # each row's flow control (JobEnqueuer.flow)
         row_bases: list[dict[str, Any]] = []  # each row's validated options (shared dicts)
         last: tuple[Any, Any, dict[str, Any]] | None = None  # (task, options, base) of the previous call
         for task, call_args, call_kwargs, options in calls:
@@ -358,11 +572,15 @@ class JobEnqueuer:
                 self._call_fields(task, args, kwargs, options, base, hooked=hooked, batch_index=len(rows))
             )
             row_bases.append(base)
+            flows.append(self.flow(task, args, kwargs, options, base))
         if not rows:
             return []
         used = [base for _, base in bases.values()]
-        plain = all(b["countdown"] is None and b["eta"] is None for b in used) and all(
-            call[4] is None for call in rows
+        flowing = any(f is not None for f in flows)
+        plain = (
+            all(b["countdown"] is None and b["eta"] is None for b in used)
+            and all(call[4] is None for call in rows)
+            and not flowing
         )
         queues = sorted({b["queue"] for b in used})
         stores = self.source.stores
@@ -396,6 +614,7 @@ class JobEnqueuer:
                     headers=[call[2] for call in rows],
                     lock_keys=[call[3] for call in rows],
                     unique_keys=[call[4] for call in rows],
+                    flows=[f or flow_control.NO_FLOW for f in flows] if flowing else None,
                     conn=tx,
                 )
             in_commit = conn is not None or stores.wakeups.leads()  # as in enqueue
@@ -414,6 +633,27 @@ class JobEnqueuer:
         )
         source = self.source
         return [AsyncResult(i, source) for i in ids]
+
+    def _enqueue_batch_linked(self, calls: list[BatchCall], conn: AnyConnection | None) -> list[AsyncResult]:
+        """`enqueue_batch` of calls some of which have prerequisites or callbacks: each
+        written as `enqueue` writes it, all in one transaction; a call whose unique key
+        is held is skipped, as in a plain batch.
+
+        Raises:
+            JobNotFound: a prerequisite is no job of the job's tenant (nothing written).
+            ConfigurationError, SerializationError, DatabaseError: nothing is written.
+        """
+        stores = self.source.stores
+        results: list[AsyncResult] = []
+        with stores.database.transaction(conn) as tx:
+            for task, call_args, call_kwargs, options in calls:
+                try:
+                    results.append(
+                        self.enqueue(task, tuple(call_args), dict(call_kwargs), {**options, "connection": tx})
+                    )
+                except AlreadyQueued:
+                    continue
+        return results
 
     def bulk_apply(self, signatures: Iterable[Signature], *, connection: Any = None) -> list[AsyncResult]:
         """`enqueue_batch` of ``task.s(*args, **kwargs)`` signatures (optionally ``.set(...)``).

@@ -16,7 +16,7 @@ from pgtasks.states import ErrorCode, FailureClass, JobStatus
 from pgtasks.validation import MAX_PAGE_SIZE, check_bool, check_choice, check_int, check_job_id, check_text
 
 if TYPE_CHECKING:
-    from pgtasks.db import JobSituation, JobStore
+    from pgtasks.db import JobSituation, JobStore, Prerequisite
     from pgtasks.records import Job
 
 __all__ = ["AHEAD_LIMIT", "REQUEUE_BY_MAX_CHARS", "cancel_job", "explain", "get_job", "list_jobs", "requeue"]
@@ -61,7 +61,8 @@ def get_job(jobs: JobStore, job_id: int) -> Job:
 def cancel_job(
     jobs: JobStore, job_id: int, *, terminate: bool = False
 ) -> Literal["cancelled", "requested", "finished"]:
-    """Cancel a job and say what happened: ``"cancelled"`` (it was queued),
+    """Cancel a job and say what happened: ``"cancelled"`` (it was queued or blocked;
+    a blocked job's dependents are cancelled in turn),
     ``"requested"`` (it runs; its worker is asked to stop, killing it with
     ``terminate`` in the processes pool) or ``"finished"`` (nothing changed).
 
@@ -71,7 +72,7 @@ def cancel_job(
     """
     job_id = check_job_id("job_id", job_id)
     was = jobs.cancel(id=job_id, error=_CANCELLED_ERROR, terminate=check_bool("terminate", terminate))
-    if was == "queued":
+    if was in (JobStatus.QUEUED, JobStatus.BLOCKED):
         return "cancelled"
     if was is not None:
         return "requested"
@@ -135,8 +136,8 @@ def list_jobs(
 def explain(jobs: JobStore, job_id: int) -> Explanation:
     """Why the job is where it is, from the database, at its clock: for a queued job
     what holds it back (not due yet, its lock key held by a running job, no live
-    worker for its queue, due jobs ahead of it), else where it is (claimed ahead,
-    running, finished).
+    worker for its queue, due jobs ahead of it), for a blocked one the prerequisites
+    it waits for, else where it is (claimed ahead, running, finished).
 
     Raises:
         ConfigurationError: ``job_id`` is not an int in the bigint range.
@@ -145,7 +146,24 @@ def explain(jobs: JobStore, job_id: int) -> Explanation:
     found = jobs.situation(id=check_job_id("job_id", job_id), ahead_limit=AHEAD_LIMIT)
     if found is None:
         raise JobNotFound(job_id)
-    return Explanation(found.id, found.status, found.now, tuple(_reasons(found)))
+    if found.status == JobStatus.BLOCKED:
+        reasons = [_blocked_reason(jobs.prerequisites(id=found.id))]
+    else:
+        reasons = _reasons(found)
+    return Explanation(found.id, found.status, found.now, tuple(reasons))
+
+
+def _blocked_reason(prerequisites: list[Prerequisite]) -> Reason:
+    """The one reason of a blocked job: the prerequisites it still waits for."""
+    waiting = [p for p in prerequisites if p.outcome is None]
+    ids = [p.id for p in waiting]
+    finished = {str(p.id): p.outcome for p in prerequisites if p.outcome is not None}
+    shown = ", ".join(f"{p.id} ({p.status or 'gone'})" for p in waiting) or "none"
+    return Reason(
+        ReasonCode.WAITING_FOR_PREREQUISITES,
+        f"waiting for prerequisites {shown}; it is queued when they have finished",
+        {"waiting_for": ids, "finished": finished},
+    )
 
 
 def _reasons(j: JobSituation) -> list[Reason]:

@@ -45,11 +45,14 @@ class AsyncResult:
         ConfigurationError: ``id`` is not an int in the bigint range.
     """
 
-    __slots__ = ("app", "id")
+    __slots__ = ("app", "id", "parent")
 
     def __init__(self, id: int, app: ResultSource) -> None:
         self.id = check_job_id("job id", id)
         self.app = app
+        #: The result of the step before this one in a chain (an `AsyncResult` or a
+        #: `pgtasks.GroupResult`), as Celery's ``parent``; None otherwise.
+        self.parent: Any = None
 
     def __repr__(self) -> str:
         return f"<AsyncResult {self.id}>"

@@ -7,6 +7,8 @@ stale writer changes nothing (a reaper never overwrites a job that just finished
 
 ::
 
+    blocked ──last prerequisite done──▶ queued
+      ├──a prerequisite failed / cancel──▶ cancelled
     queued ──claim──▶ running ──success──▶ succeeded
       ▲  │               │ ├──failure, no retries left / Reject──▶ failed
       │  │               │ ├──task reports partial outcome──▶ partial_failure
@@ -15,6 +17,11 @@ stale writer changes nothing (a reaper never overwrites a job that just finished
       │  └──no claim can take the row (UNCLAIMABLE)──▶ failed
       └──retry / worker lost / released on shutdown── running
     failed, cancelled, partial_failure ──requeue by hand──▶ queued
+
+A ``blocked`` job waits for its prerequisites (``depends_on``, a chain, a chord; see
+docs/workflows.md): no worker claims it. The transaction that finishes its last
+prerequisite makes it ``queued`` (or ``cancelled`` with ``DEPENDENCY_FAILED`` when a
+prerequisite ended without success), in the database (migration 0007).
 
 A ``running`` job is in one of two phases (`CLAIMED`, not a status of its own: the
 transitions and their guards are the same). A worker claims jobs ahead of its free
@@ -39,6 +46,7 @@ __all__ = [
     "CLAIMED",
     "TERMINAL",
     "TRANSITIONS",
+    "UNFINISHED",
     "ErrorCode",
     "FailureClass",
     "JobStatus",
@@ -59,6 +67,7 @@ class JobStatus(enum.StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     PARTIAL_FAILURE = "partial_failure"
+    BLOCKED = "blocked"  # waits for its prerequisites (depends_on); never claimed
 
 
 class Trigger(enum.StrEnum):
@@ -103,14 +112,21 @@ class ErrorCode(enum.StrEnum):
     UNCLAIMABLE = "UNCLAIMABLE"  # the claim's write refuses the row (e.g. a lock key too large to index)
     UNDECODABLE = "UNDECODABLE"  # its stored args, kwargs, headers or scheduled_for cannot be read
     SECRET_UNAVAILABLE = "SECRET_UNAVAILABLE"  # a secret reference it was given is not set on the worker
+    DEPENDENCY_FAILED = "DEPENDENCY_FAILED"  # a prerequisite ended failed, partial_failure or cancelled
+    DEPENDENCY_SUCCEEDED = "DEPENDENCY_SUCCEEDED"  # a link_error callback whose job did not fail
 
 
 TERMINAL: Final = frozenset(
     {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.PARTIAL_FAILURE}
 )
 
+#: Statuses of a job that has not finished (a unique key is held through them).
+UNFINISHED: Final = frozenset({JobStatus.BLOCKED, JobStatus.QUEUED, JobStatus.RUNNING})
+
 TRANSITIONS: Final = MappingProxyType(
     {
+        # queued: its last prerequisite finished; cancelled: one failed, or by hand
+        JobStatus.BLOCKED: frozenset({JobStatus.QUEUED, JobStatus.CANCELLED}),
         # failed: a row the claim's write refuses (ErrorCode.UNCLAIMABLE), never run
         JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.FAILED}),
         JobStatus.RUNNING: frozenset(

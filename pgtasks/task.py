@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from pgtasks.errors import ConfigurationError
+from pgtasks.flow import FLOW_OPTIONS, FlowRule
+from pgtasks.flow import KeyRule as FlowKeyRule
 from pgtasks.redaction import check_redact
 from pgtasks.validation import (
     MAX_DELAY,
@@ -49,8 +51,12 @@ UNLIMITED_ATTEMPTS: Final = 2**31 - 1
 # pgtasks.validation and are re-exported here, where they were first defined.
 
 ENQUEUE_OPTIONS: Final = frozenset(
-    {"countdown", "eta", "queue", "priority", "tenant", "lock", "unique_key", "headers", "max_retries"}
-)
+    {
+        "countdown", "eta", "queue", "priority", "tenant", "lock", "unique_key", "headers", "max_retries",
+        # job dependencies (docs/workflows.md)
+        "depends_on", "on_prerequisite_failure", "link", "link_error",
+    }
+)  # fmt: skip
 
 KeyRule = str | Callable[..., str | None] | None
 
@@ -97,6 +103,14 @@ class TaskOptions:
         typing: check at enqueue that the call's arguments fit the function's
             signature (default True, Celery's ``typing``); False for a function whose
             ``*args, **kwargs`` only pass its arguments on.
+        concurrency_key, concurrency_limit: at most ``concurrency_limit`` (an int >= 1)
+            running jobs per key across the fleet; the key rule is the name of an
+            argument, ``pgtasks.TENANT`` or a callable of the call's arguments
+            (`pgtasks.flow`, docs/flow-control.md).
+        rate_limit: at most so many starts per period across the fleet, in Celery's
+            syntax (``"10/s"``, ``"100/m"``, ``"1000/h"``); per task, or per key with
+            ``rate_limit_key`` (a rule as ``concurrency_key``).
+        cost: what one job counts for in its tenant's weighted share (default 1).
     """
 
     name: str
@@ -118,6 +132,11 @@ class TaskOptions:
     retry_on_worker_lost: bool = True
     redact: tuple[str, ...] = ()
     typing: bool = True
+    concurrency_key: FlowKeyRule = None
+    concurrency_limit: int | None = None
+    rate_limit: str | int | None = None
+    rate_limit_key: FlowKeyRule = None
+    cost: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "redact", check_redact(self.redact))  # a list given: kept as a tuple
@@ -145,6 +164,23 @@ class TaskOptions:
                 check_seconds(label, value, positive=True)
         for label in ("retry_jitter", "bind", "acks_late", "retry_on_worker_lost", "typing"):
             check_bool(label, getattr(self, label))
+        self.flow_rule()  # validates
+
+    def flow_rule(self, fn: Callable[..., Any] | None = None) -> FlowRule:
+        """The task's flow control, checked (with ``fn``, that key rules name its arguments).
+
+        Raises:
+            ConfigurationError: see `pgtasks.flow.FlowRule.of`.
+        """
+        return FlowRule.of(
+            concurrency_key=self.concurrency_key,
+            concurrency_limit=self.concurrency_limit,
+            rate_limit=self.rate_limit,
+            rate_limit_key=self.rate_limit_key,
+            cost=self.cost,
+            fn=fn,
+            bind=self.bind,
+        )
 
     @property
     def max_attempts(self) -> int:
@@ -233,15 +269,26 @@ def backoff_delay(options: TaskOptions, retries: int, rand: Callable[[float], fl
 
 @dataclass(frozen=True, slots=True)
 class Signature:
-    """A task call not yet sent: task, arguments and enqueue options (Celery's ``s()``)."""
+    """A task call not yet sent: task, arguments and enqueue options (Celery's ``s()``).
+
+    A signature is partial (``task.s(...)``): run after another job in a chain, or as a
+    ``link`` callback, it gets that job's result prepended to its arguments (a chord's
+    callback: the list of the header's results). An immutable one (``task.si(...)``)
+    keeps its arguments as given. ``a | b`` builds ``pgtasks.chain(a, b)``.
+
+    Attributes:
+        task: the task. args, kwargs: the call's arguments. options: enqueue options
+            (as `Task.apply_async` takes them). immutable: never given a result.
+    """
 
     task: Task
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
+    immutable: bool = False
 
     def set(self, **options: Any) -> Signature:
-        """A copy with more enqueue options (``queue``, ``countdown``, ...).
+        """A copy with more enqueue options (``queue``, ``countdown``, ``link``, ...).
 
         Raises:
             ConfigurationError: an unknown option name.
@@ -249,17 +296,66 @@ class Signature:
         _check_option_names(options)
         return replace(self, options={**self.options, **options})
 
-    def delay(self) -> AsyncResult:
-        """Enqueue this call."""
-        return self.task.apply_async(self.args, dict(self.kwargs), **self.options)
+    def clone(
+        self, args: Iterable[Any] = (), kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> Signature:
+        """A copy with ``args`` prepended (unless immutable, as Celery), ``kwargs`` and
+        ``options`` merged in.
+
+        Raises:
+            ConfigurationError: an unknown option name.
+        """
+        _check_option_names(options)
+        extra = tuple(args)
+        return replace(
+            self,
+            args=self.args if self.immutable or not extra else extra + self.args,
+            kwargs={**self.kwargs, **(kwargs or {})},
+            options={**self.options, **options},
+        )
+
+    def link(self, callback: Signature) -> Signature:
+        """A copy that runs ``callback`` after its job succeeds (option ``link``)."""
+        return self._add_link("link", callback)
+
+    def link_error(self, errback: Signature) -> Signature:
+        """A copy that runs ``errback`` if its job fails for good (option ``link_error``)."""
+        return self._add_link("link_error", errback)
+
+    on_error = link_error  # Celery's other name
+
+    def _add_link(self, option: str, sig: Signature) -> Signature:
+        if not isinstance(sig, Signature):
+            raise ConfigurationError(f"{option} takes a signature (task.s(...)), got {short(sig)}")
+        have = self.options.get(option)
+        links = [] if have is None else [have] if isinstance(have, Signature) else list(have)
+        return replace(self, options={**self.options, option: [*links, sig]})
+
+    def apply_async(
+        self, args: Iterable[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> AsyncResult:
+        """Enqueue this call, with ``args`` prepended (unless immutable), ``kwargs`` and
+        ``options`` merged in; see `Task.apply_async`."""
+        sig = self.clone(args or (), kwargs, **options)
+        return sig.task.apply_async(sig.args, dict(sig.kwargs), **sig.options)
+
+    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+        """Enqueue this call (``args`` prepended unless immutable, ``kwargs`` merged)."""
+        return self.apply_async(args, kwargs)
+
+    def __or__(self, other: Any) -> Any:
+        """``a | b``: `pgtasks.chain` of the two (a chain on either side is extended)."""
+        from pgtasks.canvas import chain
+
+        return chain(self) | other
 
 
 def _check_option_names(options: Mapping[str, Any]) -> None:
-    unknown = sorted(set(options) - ENQUEUE_OPTIONS - {"connection"})
+    unknown = sorted(set(options) - ENQUEUE_OPTIONS - FLOW_OPTIONS - {"connection"})
     if unknown:
         raise ConfigurationError(
             f"unknown option(s) {', '.join(unknown)}; "
-            f"allowed: {', '.join(sorted(ENQUEUE_OPTIONS))}, connection"
+            f"allowed: {', '.join(sorted(ENQUEUE_OPTIONS | FLOW_OPTIONS))}, connection"
         )
 
 
@@ -293,6 +389,8 @@ class Task:
         self.__name__ = getattr(fn, "__name__", options.name)
         self.__wrapped__ = fn
         self._call_check = CallCheck(options.name, fn, bind=options.bind) if options.typing else None
+        #: The task's flow control (`pgtasks.flow`), its key rules checked against ``fn``.
+        self.flow = options.flow_rule(fn)
 
     @property
     def name(self) -> str:
@@ -343,9 +441,15 @@ class Task:
             kwargs: keyword arguments.
             options: ``countdown`` (seconds, >= 0), ``eta`` (aware datetime; naive
                 is refused), ``queue``, ``priority``, ``tenant``, ``lock``,
-                ``unique_key``, ``headers`` (dict), ``max_retries``, and
-                ``connection`` (the caller's psycopg connection: the job commits or
-                rolls back with the caller's transaction).
+                ``unique_key``, ``headers`` (dict), ``max_retries``, ``connection``
+                (the caller's psycopg connection: the job commits or rolls back with
+                the caller's transaction), and the dependencies of docs/workflows.md:
+                ``depends_on`` (`AsyncResult` objects or job ids of the same tenant:
+                the job waits, ``blocked``, until all have succeeded),
+                ``on_prerequisite_failure`` (``"cancel"``, the default: a prerequisite
+                that fails or is cancelled cancels the job; ``"run"``: it runs once
+                all have finished), ``link`` / ``link_error`` (signatures, or lists
+                of them, enqueued with the job: run after it succeeds / fails for good).
 
         Returns:
             An `AsyncResult` for the new job.
@@ -357,14 +461,35 @@ class Task:
                 the function's signature (unless the task has ``typing=False``).
             SerializationError: an argument cannot round-trip exactly (nothing written).
             AlreadyQueued: the unique key is held by an unfinished job.
+            JobNotFound: a ``depends_on`` id names no job of the job's tenant
+                (nothing written).
             DatabaseError: PostgreSQL refused the write.
         """
         call_args, call_kwargs = _checked_call(args, kwargs, options)
         return self._enqueuer.enqueue(self, call_args, call_kwargs, options)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
-        """A `Signature` of this task with these arguments (for ``app.bulk_apply``)."""
+        """A partial `Signature` of this task with these arguments (``app.bulk_apply``,
+        `pgtasks.chain`): in a chain it gets the previous job's result prepended."""
         return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """An immutable `Signature`: in a chain or as a callback it keeps exactly
+        these arguments (Celery's ``si``)."""
+        return Signature(self, args, kwargs, immutable=True)
+
+    def signature(
+        self, args: Iterable[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> Signature:
+        """A `Signature` with enqueue options (Celery's ``signature``; ``immutable=True``
+        for an immutable one).
+
+        Raises:
+            ConfigurationError: an unknown option name.
+        """
+        immutable = bool(options.pop("immutable", False))
+        _check_option_names(options)
+        return Signature(self, tuple(args or ()), dict(kwargs or {}), options, immutable=immutable)
 
     def delay_many(self, items: Iterable[Any], **options: Any) -> list[AsyncResult]:
         """Enqueue many jobs of this task in one round trip.

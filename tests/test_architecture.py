@@ -46,6 +46,7 @@ ENGINE_MODULES = (
     "pgtasks.context",
     "pgtasks.task",
     "pgtasks.enqueue",
+    "pgtasks.canvas",
     "pgtasks.execution",
     "pgtasks.hookspecs",
     "pgtasks.plugins",

@@ -21,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 import pgtasks
 from pgtasks.errors import DatabaseError
 from pgtasks.migrate import migration_sql, migrations, pending
-from pgtasks.states import TRANSITIONS, JobStatus, Trigger
+from pgtasks.states import TRANSITIONS, UNFINISHED, JobStatus, Trigger
 
 ALL = [f"{m.version:04d}_{m.name}" for m in migrations()]
 LOCK_KEY = "hashtext('pgtasks.migrate')"
@@ -308,7 +308,7 @@ def test_database_rejects_an_unknown_status(app: pgtasks.App, conn: psycopg.Conn
         )
     # Every other status the database accepts is one the code knows.
     for status in JobStatus:
-        finished = "NULL" if status in (JobStatus.QUEUED, JobStatus.RUNNING) else "now()"
+        finished = "NULL" if status in UNFINISHED else "now()"
         worker = "'w'" if status == JobStatus.RUNNING else "NULL"
         conn.execute(
             f"UPDATE pgtasks.jobs SET status = %s, finished_at = {finished}, worker_id = {worker}, "

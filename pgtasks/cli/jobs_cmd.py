@@ -55,7 +55,7 @@ __all__ = ["jobs_group", "purge_command", "queues_command", "workers_command"]
 #: Longest ``purge --older-than``: ten years, pgtasks' longest delay or age in seconds.
 _MAX_AGE = 10 * 365.25 * 86400.0
 
-_STATUSES = ["queued", "running", "succeeded", "failed", "cancelled", "partial_failure"]
+_STATUSES = ["queued", "running", "succeeded", "failed", "cancelled", "partial_failure", "blocked"]
 
 
 @click.group("jobs")

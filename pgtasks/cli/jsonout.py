@@ -57,7 +57,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: The keys of ``counts`` in ``queues --json``: the statuses, with ``claimed`` (held
 #: ahead by a worker, not started) apart from ``running``.
-JOB_STATUS_COLUMNS = ("queued", "claimed", "running", "succeeded", "failed", "cancelled", "partial_failure")
+JOB_STATUS_COLUMNS = (
+    "queued",
+    "claimed",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "partial_failure",
+    "blocked",
+)
 
 _JSON_HELP = "Print one JSON document on stdout instead of a table (docs/operations.md, JSON output)."
 

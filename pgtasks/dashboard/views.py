@@ -20,7 +20,7 @@ from pgtasks.errors import ConfigurationError, InvalidSchedule, JobNotFound, Pgt
 from pgtasks.records import Job, Requeue, Run, Schedule
 from pgtasks.redaction import Redactor, redact_data
 from pgtasks.serialization import dumps
-from pgtasks.states import JobStatus
+from pgtasks.states import UNFINISHED, JobStatus
 from pgtasks.validation import MAX_PAGE_SIZE
 
 if TYPE_CHECKING:
@@ -303,13 +303,13 @@ class Dashboard:
             "timeline": timeline,
             "waiting": self._waiting(job),
             "can_retry": str(job.status) in REQUEUEABLE,
-            "can_cancel": job.status in (JobStatus.QUEUED, JobStatus.RUNNING),
+            "can_cancel": job.status in UNFINISHED,
         }
 
     def _waiting(self, job: Job) -> list[dict[str, str]]:
-        """Why a queued job is not running (`pgtasks.App.explain`): code and message per
-        reason; empty for a job that is not queued (or is gone meanwhile)."""
-        if job.status != JobStatus.QUEUED:
+        """Why a queued or blocked job is not running (`pgtasks.App.explain`): code and
+        message per reason; empty for a job that is neither (or is gone meanwhile)."""
+        if job.status not in (JobStatus.QUEUED, JobStatus.BLOCKED):
             return []
         try:
             reasons = self.reader.explain(job.id).reasons

@@ -27,7 +27,15 @@ from pgtasks.db.database import (
 )
 from pgtasks.db.held import HeldTransaction
 from pgtasks.db.isolation import IsolationStore, TableIsolation
-from pgtasks.db.jobs import CancelRequest, JobSituation, JobStore, NewJob, ReapedJob, StoredJobStatus
+from pgtasks.db.jobs import (
+    CancelRequest,
+    JobSituation,
+    JobStore,
+    NewJob,
+    Prerequisite,
+    ReapedJob,
+    StoredJobStatus,
+)
 from pgtasks.db.migrations import MigrationStore
 from pgtasks.db.schedules import ScheduleRow, ScheduleStore
 from pgtasks.db.wakeups import WakeupSender
@@ -45,6 +53,7 @@ __all__ = [
     "MigrationStore",
     "NewJob",
     "Now",
+    "Prerequisite",
     "ReapedJob",
     "Row",
     "ScheduleRow",

@@ -25,6 +25,7 @@ __all__ = [
     "JobSituation",
     "JobStore",
     "NewJob",
+    "Prerequisite",
     "QueueHealth",
     "ReapedJob",
     "StoredJobStatus",
@@ -163,6 +164,22 @@ class QueueHealth:
         live_workers: workers serving the queue whose lease has not expired and that
             are not stopping.
     """
+@dataclass(frozen=True, slots=True)
+class Prerequisite:
+    """One prerequisite of a blocked job (``job_prerequisites``).
+
+    Attributes:
+        id: the prerequisite job. run_on: ``success`` or ``failure`` (what the
+            dependent needs of it). outcome: the status it ended with, recorded when
+            it finished (None: not yet). status: its status now (None: purged).
+    """
+
+    id: int
+    run_on: str
+    outcome: str | None
+    status: str | None
+
+
 
     queue: str
     due: int
@@ -321,6 +338,82 @@ class JobStore:
             "retry_on_worker_lost": retry_on_worker_lost, "countdowns": countdowns, "etas": etas,
             "lock_keys": lock_keys, "unique_keys": unique_keys,
         }  # fmt: skip
+    # -- dependencies (migration 0007) ---------------------------------------------
+
+    def lock_prerequisites(
+        self, *, ids: Sequence[int], tenant: str, conn: AnyConnection | None = None
+    ) -> list[int]:
+        """Lock the jobs of ``ids`` that exist and are ``tenant``'s until the transaction
+        ends (``job_lock_prerequisites``); returns their ids. Writes nothing, so a caller
+        can refuse a missing id before any write of its transaction.
+        """
+        params = {"ids": bigint_array_literal(ids), "tenant": tenant}
+        return [int(r[0]) for r in self.database.fetch_tuples("job_lock_prerequisites", params, conn=conn)]
+
+    def block(
+        self,
+        *,
+        id: int,
+        prerequisites: Sequence[int],
+        run_on: str,
+        on_failure: str,
+        pass_results: str,
+        conn: AnyConnection | None = None,
+    ) -> str:
+        """Make job ``id``, just inserted in this transaction, wait for ``prerequisites``
+        (locked by `lock_prerequisites`, in order); returns its status afterwards:
+        ``blocked``, ``queued`` (all had succeeded already) or ``cancelled``.
+
+        Args:
+            run_on: ``"success"`` (each must succeed) or ``"failure"`` (each must fail:
+                a link_error callback).
+            on_failure: ``"cancel"`` (an unmet prerequisite cancels the job) or
+                ``"run"`` (it runs once all have finished, however they ended).
+            pass_results: ``"none"``, ``"each"`` (each prerequisite's result, or id for
+                ``run_on="failure"``, prepended to the args in order) or ``"list"``
+                (one list of them prepended).
+        """
+        params = {
+            "id": id, "prerequisites": bigint_array_literal(prerequisites), "run_on": run_on,
+            "on_failure": on_failure, "pass_results": pass_results,
+        }  # fmt: skip
+        row = self.database.fetch_one("job_block", params, conn=conn)
+        assert row is not None
+        return str(row["status"])
+
+    async def lock_prerequisites_async(
+        self, *, ids: Sequence[int], tenant: str, conn: AnyAsyncConnection
+    ) -> list[int]:
+        """`lock_prerequisites` on the caller's asyncio connection, in its transaction."""
+        params = {"ids": bigint_array_literal(ids), "tenant": tenant}
+        rows = await self.database.fetch_all_async("job_lock_prerequisites", params, conn=conn)
+        return [int(r["id"]) for r in rows]
+
+    async def block_async(
+        self,
+        *,
+        id: int,
+        prerequisites: Sequence[int],
+        run_on: str,
+        on_failure: str,
+        pass_results: str,
+        conn: AnyAsyncConnection,
+    ) -> str:
+        """`block` on the caller's asyncio connection, in its transaction."""
+        params = {
+            "id": id, "prerequisites": bigint_array_literal(prerequisites), "run_on": run_on,
+            "on_failure": on_failure, "pass_results": pass_results,
+        }  # fmt: skip
+        row = await self.database.fetch_one_async("job_block", params, conn=conn)
+        assert row is not None
+        return str(row["status"])
+
+    def prerequisites(self, *, id: int) -> list[Prerequisite]:
+        """The prerequisites a blocked job waits for or has seen finish, in order (none
+        once it left ``blocked``); in a scoped store only for its tenant's job."""
+        rows = self.database.fetch_all("job_prerequisites", {"id": id, "tenant": self.tenant})
+        return [Prerequisite(int(r["id"]), r["run_on"], r["outcome"], r["status"]) for r in rows]
+
         return [int(r["id"]) for r in self.database.fetch_all("job_insert_many", params, conn=conn)]
 
     def ids_reserve(self, *, n: int, conn: AnyConnection | None = None) -> list[int] | None:

@@ -18,6 +18,8 @@ class ReasonCode(StrEnum):
     RUNNING = "running"
     #: A worker claimed it ahead (prefetch) and will start it when a slot is free.
     CLAIMED = "claimed"
+    #: It waits for prerequisite jobs (``depends_on``, a chain, a chord) to finish.
+    WAITING_FOR_PREREQUISITES = "waiting_for_prerequisites"
     #: Its run-at is in the future (countdown, eta, a retry's backoff).
     NOT_DUE = "not_due"
     #: Another job with the same lock key is running; they run one at a time.

@@ -141,7 +141,7 @@ SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit,
 -- The unfinished job that holds a unique key; with %(tenant)s, only if it is that
 -- tenant's (a tenant handle never learns the id of another tenant's job).
 SELECT id FROM pgtasks.jobs
-WHERE unique_key = %(unique_key)s AND status IN ('queued', 'running')
+WHERE unique_key = %(unique_key)s AND status IN ('blocked', 'queued', 'running')
   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- ======================================================================
@@ -153,6 +153,38 @@ WHERE unique_key = %(unique_key)s AND status IN ('queued', 'running')
 -- else only that tenant's, so another tenant's id reads as no job at all, by the same
 -- primary-key lookup (the tenant is a filter on the one row found, not a second query).
 SELECT * FROM pgtasks.jobs WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
+
+-- ======================================================================
+-- Jobs: dependencies (migration 0007)
+-- ======================================================================
+
+-- name: job_lock_prerequisites
+-- The prerequisites of a job about to be enqueued, among %(ids)s (bigint[]), that exist and
+-- are %(tenant)s's jobs, locked in id order until the enqueue commits: a prerequisite that
+-- finishes meanwhile writes its status after the commit, so its trigger sees the new edges.
+-- Changes nothing (an id missing here is refused before any write).
+SELECT id, status FROM pgtasks.jobs
+WHERE id = ANY (%(ids)s::bigint[]) AND tenant = %(tenant)s
+ORDER BY id
+FOR NO KEY UPDATE;
+
+-- name: job_block
+-- Make the job just inserted (queued, in this transaction) wait for %(prerequisites)s
+-- (bigint[], locked by job_lock_prerequisites), each edge with %(run_on)s ('success' or
+-- 'failure'), %(on_failure)s ('cancel' or 'run') and %(pass_results)s ('none', 'each' or
+-- 'list'); see pgtasks.job_block in migration 0007. Returns the job's status afterwards.
+SELECT pgtasks.job_block(%(id)s, %(prerequisites)s::bigint[], %(run_on)s, %(on_failure)s,
+                         %(pass_results)s) AS status;
+
+-- name: job_prerequisites
+-- The prerequisites a blocked job still has edges to, in their order: id, the outcome
+-- recorded when it finished (NULL: not yet), and its status now (NULL: no such job any
+-- more). %(tenant)s as job_get.
+SELECT d.prerequisite_id AS id, d.position, d.run_on, d.outcome, p.status
+FROM pgtasks.job_dependencies d
+LEFT JOIN pgtasks.jobs p ON p.id = d.prerequisite_id
+WHERE d.job_id = %(id)s AND (%(tenant)s::text IS NULL OR d.tenant = %(tenant)s)
+ORDER BY d.position;
 
 -- name: job_status
 -- Status, result and error of one job (what AsyncResult polls); %(tenant)s as job_get.
@@ -715,19 +747,20 @@ WHERE id = %(id)s AND status = (SELECT 'running'::text) AND worker_id = %(worker
 RETURNING cancel_requested;
 
 -- name: job_cancel
--- Cancel a job: a queued one ends at once, a running one is flagged (and its worker told).
--- %(tenant)s as job_get: another tenant's job is not touched.
+-- Cancel a job: a queued or blocked one ends at once (a blocked one's dependents are
+-- cancelled in turn by the trigger of migration 0007), a running one is flagged (and its
+-- worker told). %(tenant)s as job_get: another tenant's job is not touched.
 WITH target AS (
     SELECT id, status AS old_status FROM pgtasks.jobs
-    WHERE id = %(id)s AND status IN ('queued', 'running')
+    WHERE id = %(id)s AND status IN ('blocked', 'queued', 'running')
       AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
     FOR UPDATE
 ), upd AS (
     UPDATE pgtasks.jobs j
-    SET status = CASE WHEN t.old_status = 'queued' THEN 'cancelled' ELSE j.status END,
-        finished_at = CASE WHEN t.old_status = 'queued'
+    SET status = CASE WHEN t.old_status <> 'running' THEN 'cancelled' ELSE j.status END,
+        finished_at = CASE WHEN t.old_status <> 'running'
                            THEN coalesce(%(now)s::timestamptz, now()) ELSE j.finished_at END,
-        error = CASE WHEN t.old_status = 'queued'
+        error = CASE WHEN t.old_status <> 'running'
                      THEN %(error)s::jsonb ELSE j.error END,
         headers = CASE WHEN t.old_status = 'running'
                        THEN j.headers || jsonb_build_object('cancel_terminate', %(terminate)s::boolean)
