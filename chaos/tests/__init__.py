@@ -1,0 +1,1 @@
+"""Tests of the chaos harness (``python -m pytest`` collects them from the repository root)."""
