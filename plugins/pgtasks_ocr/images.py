@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 from collections.abc import Iterator
 from typing import Final
@@ -46,9 +47,11 @@ def extract_image(
 ) -> ExtractedText:
     """OCR an image file; a multi-frame TIFF (or GIF) gives one page per frame, in order.
 
-    Nothing is decoded before the header says the image fits ``limits``: the number of
+    Nothing is decoded before the headers say the image fits ``limits``: the number of
     frames (``max_frames``) and each frame's width x height (``max_image_pixels``) are
-    read from the headers Pillow parses lazily. Frames are decoded one at a time.
+    read from the headers Pillow parses lazily, all of them before Tesseract is looked
+    for, so an image past a limit is refused as such whether or not OCR is installed.
+    Frames are then decoded one at a time.
 
     Args:
         data: the file's bytes.
@@ -60,12 +63,17 @@ def extract_image(
 
     Raises:
         ValueError: ``languages`` is malformed.
-        OcrUnavailable: Tesseract or the languages are missing (checked before decoding).
-        Reject: ``CORRUPT_FILE`` when Pillow cannot decode the file; ``FILE_TOO_LARGE``
-            when it has more frames than ``max_frames`` or a frame has more pixels than
-            ``max_image_pixels``.
+        Reject: ``CORRUPT_FILE`` when Pillow cannot read the headers or decode the file;
+            ``FILE_TOO_LARGE`` when it has more frames than ``max_frames`` or a frame
+            has more pixels than ``max_image_pixels``.
+        OcrUnavailable: Tesseract or the languages are missing (checked after the
+            headers, before decoding).
         OcrFailed: Tesseract failed on a frame.
     """
+    with _opened(data, name, mime, limits) as image:
+        for index in range(_frame_count(image, name, limits)):
+            image.seek(index)
+            _check_size(image, name, limits)
     usable = usable_languages(languages)
     pages = [
         normalise_text(ocr_image(frame, languages=usable, dpi=dpi))
@@ -74,28 +82,15 @@ def extract_image(
     return ExtractedText.from_pages(tuple(pages), method="ocr", mime=mime)
 
 
-def _decoded_frames(
-    data: bytes, name: str, mime: str, limits: OcrLimits
-) -> Iterator[tuple[Image.Image, int | None]]:
-    """Yield each frame ready for OCR and its resolution (dpi), decoding one at a time."""
+@contextlib.contextmanager
+def _opened(data: bytes, name: str, mime: str, limits: OcrLimits) -> Iterator[Image.Image]:
+    """The image, opened by the decoder of its sniffed type alone; Pillow's errors
+    inside the block become `Reject` (``FILE_TOO_LARGE`` or ``CORRUPT_FILE``). Only
+    header reading and decoding may run inside it: OCR happens outside."""
     formats = [_FORMATS[mime]] if mime in _FORMATS else None
     try:
         with Image.open(io.BytesIO(data), formats=formats) as image:
-            count = getattr(image, "n_frames", 1)
-            if count > limits.max_frames:
-                raise limit_exceeded(name, f"an image of {count:,} frames", "max_frames", limits.max_frames)
-            for index in range(count):
-                image.seek(index)
-                width, height = image.size  # from the frame's header: nothing decoded yet
-                if width * height > limits.max_image_pixels:
-                    raise limit_exceeded(
-                        name,
-                        f"an image of {width}x{height} = {width * height:,} pixels",
-                        "max_image_pixels",
-                        limits.max_image_pixels,
-                    )
-                prepared = prepare_for_ocr(image)
-                yield prepared, _dpi_of(image)
+            yield image
     except Image.DecompressionBombError as exc:
         # Pillow's own guard (twice Image.MAX_IMAGE_PIXELS) met a limit set above it.
         raise Reject(
@@ -104,8 +99,39 @@ def _decoded_frames(
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError) as exc:
         # Pillow reports truncated or malformed data as OSError ("image file is
         # truncated"), SyntaxError (bad header) or ValueError/EOFError from decoders.
-        # Only decoding runs inside this block: OCR happens in the caller.
         raise Reject(f"{name}: cannot decode the {mime} image: {exc}", code="CORRUPT_FILE") from exc
+
+
+def _frame_count(image: Image.Image, name: str, limits: OcrLimits) -> int:
+    """The image's frames, at most ``limits.max_frames`` (else `Reject` ``FILE_TOO_LARGE``)."""
+    count = int(getattr(image, "n_frames", 1))
+    if count > limits.max_frames:
+        raise limit_exceeded(name, f"an image of {count:,} frames", "max_frames", limits.max_frames)
+    return count
+
+
+def _check_size(image: Image.Image, name: str, limits: OcrLimits) -> None:
+    """Refuse the current frame past ``limits.max_image_pixels``, from its header alone."""
+    width, height = image.size  # from the frame's header: nothing decoded yet
+    if width * height > limits.max_image_pixels:
+        raise limit_exceeded(
+            name,
+            f"an image of {width}x{height} = {width * height:,} pixels",
+            "max_image_pixels",
+            limits.max_image_pixels,
+        )
+
+
+def _decoded_frames(
+    data: bytes, name: str, mime: str, limits: OcrLimits
+) -> Iterator[tuple[Image.Image, int | None]]:
+    """Yield each frame ready for OCR and its resolution (dpi), decoding one at a time."""
+    with _opened(data, name, mime, limits) as image:
+        for index in range(_frame_count(image, name, limits)):
+            image.seek(index)
+            _check_size(image, name, limits)
+            prepared = prepare_for_ocr(image)
+            yield prepared, _dpi_of(image)
 
 
 def prepare_for_ocr(frame: Image.Image) -> Image.Image:
