@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 import pytest
 from apps.ha_app import make_app, processes, setup_ledger
-from cluster import Server, multi_host_dsn, primary_and_standby
+from cluster import Server, multi_host_dsn, primary_and_standby, wait_replayed
 from helpers import eventually
 
 import pgtasks
@@ -219,3 +219,76 @@ def test_failover_to_a_synchronous_standby_loses_no_acknowledged_job(
     assert codes == [0, 0, 0], [log[-3000:] for log in logs]
     assert all(p.proc.returncode == 0 for p in procs)
     assert timedelta(0) < first - cut_wall
+
+
+def _database_on(primary: Server, standby: Server) -> tuple[str, pgtasks.App]:
+    """A migrated database ``test`` on ``primary``, replayed on ``standby``: (the
+    multi-host DSN, an app on it)."""
+    with psycopg.connect(primary.dsn(), autocommit=True) as admin:
+        admin.execute("CREATE DATABASE test")
+    dsn = multi_host_dsn([primary, standby], "test")
+    app = make_app(dsn)
+    app.migrate()
+    wait_replayed(primary.dsn(), standby.dsn())
+    return dsn, app
+
+
+def _jobs_on(server: Server) -> list[int]:
+    with psycopg.connect(server.dsn("test"), autocommit=True) as conn:
+        return [r[0] for r in conn.execute("SELECT id FROM pgtasks.jobs ORDER BY id").fetchall()]
+
+
+@pytest.mark.slow
+def test_with_asynchronous_replication_an_acknowledged_enqueue_can_be_lost() -> None:
+    """The window of loss of asynchronous replication, shown at its widest: the standby
+    is down while the primary acknowledges an enqueue, then the primary dies and the
+    standby is promoted. The job is gone (docs/guarantees.md says so)."""
+    with primary_and_standby(synchronous=False) as (primary, standby):
+        _dsn, app = _database_on(primary, standby)
+        try:
+            kept = app.tasks["ha.record"].delay(1).id
+            wait_replayed(primary.dsn(), standby.dsn())
+            standby.stop("fast")
+            lost = app.tasks["ha.record"].delay(2).id  # acknowledged by the primary alone
+            primary.stop("immediate")
+            standby.start()
+            standby.promote()
+            assert _jobs_on(standby) == [kept]
+            assert lost > kept
+            after = app.tasks["ha.record"].delay(3).id  # the app follows the new primary
+            assert _jobs_on(standby) == [kept, after]
+        finally:
+            app.close()
+
+
+@pytest.mark.slow
+def test_with_synchronous_replication_an_enqueue_is_acknowledged_only_once_on_the_standby() -> None:
+    """The same cut with synchronous replication: while the standby is down the
+    enqueue's commit waits for it and is never acknowledged; when the primary dies the
+    caller gets a transient `DatabaseError`, not an id, so nothing acknowledged is lost."""
+    with primary_and_standby(synchronous=True) as (primary, standby):
+        _dsn, app = _database_on(primary, standby)
+        outcome: dict[str, Any] = {}
+        try:
+            kept = app.tasks["ha.record"].delay(1).id
+            standby.stop("fast")
+
+            def enqueue() -> None:
+                try:
+                    outcome["id"] = app.tasks["ha.record"].delay(2).id
+                except pgtasks.errors.DatabaseError as exc:
+                    outcome["error"] = exc
+
+            caller = threading.Thread(target=enqueue, name="enqueue")
+            caller.start()
+            time.sleep(1.0)  # the commit waits for the synchronous standby the whole time
+            assert caller.is_alive() and outcome == {}
+            primary.stop("immediate")
+            caller.join(30)
+            assert not caller.is_alive()
+            assert "id" not in outcome and outcome["error"].transient, outcome
+            standby.start()
+            standby.promote()
+            assert _jobs_on(standby) == [kept]
+        finally:
+            app.close()
