@@ -237,6 +237,42 @@ class App:
 
     # -- schedules -----------------------------------------------------------------
 
+    def send_task(
+        self,
+        name: str,
+        args: Iterable[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> AsyncResult:
+        """Enqueue a job of the task registered as ``name`` (Celery's ``app.send_task``):
+        ``app.send_task("proj.add", args=(2, 3), countdown=10)``.
+
+        Unlike Celery's, the name must be registered in this app (import the module that
+        defines the task, as the worker does): an unknown name is refused at the call,
+        not left for a worker to fail.
+
+        Args:
+            name: the task's registered name.
+            args, kwargs: the call's arguments.
+            options: `pgtasks.Task.apply_async`'s options (``countdown``, ``eta``,
+                ``queue``, ``tenant``, ``connection``, ...).
+
+        Raises:
+            UnknownTask: no task is registered as ``name``.
+            ConfigurationError, SerializationError, AlreadyQueued: as `Task.apply_async`.
+        """
+        return self.get_task(name).apply_async(args, kwargs, **options)
+
+    async def send_task_async(
+        self,
+        name: str,
+        args: Iterable[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> AsyncResult:
+        """`send_task` for asyncio callers; see `pgtasks.Task.apply_async_async`."""
+        return await self.get_task(name).apply_async_async(args, kwargs, **options)
+
     @cached_property
     def schedules(self) -> Schedules:
         """The app's schedules: create, change, pause, resume, trigger, history (see `Schedules`)."""

@@ -163,6 +163,22 @@ def test_task_registration_and_lookup(app: pgtasks.App) -> None:
     assert isinstance(info.value, LookupError)
 
 
+def test_send_task_enqueues_by_name_with_options_and_refuses_unknown_names(app: pgtasks.App) -> None:
+    app.task(double)
+    r = app.send_task("test_app.double", args=(21,), queue="other", tenant="acme", countdown=60)
+    job = app.get_job(r.id)
+    assert (job.task_name, job.args, job.queue, job.tenant) == ("test_app.double", [21], "other", "acme")
+    assert (job.run_at - job.created_at).total_seconds() == pytest.approx(60, abs=5)
+    before = len(app.list_jobs())
+    with pytest.raises(UnknownTask, match=r"test_app\.nope"):
+        app.send_task("test_app.nope", args=(1,))
+    with pytest.raises(ConfigurationError, match="unknown option"):
+        app.send_task("test_app.double", args=(1,), contdown=5)
+    assert len(app.list_jobs()) == before  # nothing written by the refused calls
+    r2 = asyncio.run(app.send_task_async("test_app.double", args=(2,), kwargs={}))
+    assert app.get_job(r2.id).args == [2]
+
+
 def test_task_options_defaults_are_celerys(app: pgtasks.App) -> None:
     opts = app.task(name="d")(double).options
     assert opts.queue == "default"
