@@ -292,3 +292,19 @@ def test_with_synchronous_replication_an_enqueue_is_acknowledged_only_once_on_th
             assert _jobs_on(standby) == [kept]
         finally:
             app.close()
+
+
+def test_a_multi_host_dsn_is_described_host_by_host_without_its_password() -> None:
+    """What logs and errors say about a multi-host DSN (`pgtasks.db.describe_dsn`)."""
+    from pgtasks.db.database import describe_dsn
+
+    secret = "pw-0f9e"
+    uri = f"postgresql://app:{secret}@db1:5432,db2:5433/app?target_session_attrs=read-write"
+    keywords = f"host=db1,db2 port=5432,5433 password={secret} dbname=app target_session_attrs=read-write"
+    assert describe_dsn(uri) == describe_dsn(keywords) == "db1:5432,db2:5433/app"
+    assert describe_dsn("host=db1,db2 port=6432 dbname=app") == "db1:6432,db2:6432/app"
+    with pytest.raises(pgtasks.errors.ConnectionFailed) as info:
+        pgtasks.App(
+            "x", dsn=f"host=127.0.0.1,127.0.0.1 port=1,2 password={secret} dbname=app connect_timeout=2"
+        ).migrate()
+    assert "127.0.0.1:1,127.0.0.1:2/app" in str(info.value) and secret not in str(info.value)

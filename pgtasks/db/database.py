@@ -223,15 +223,25 @@ def bigint_array_literal(ids: Iterable[int]) -> str:
 
 
 def describe_dsn(dsn: str) -> str:
-    """A DSN without its password, as ``host:port/dbname`` for messages and logs."""
+    """A DSN without its password, as ``host:port/dbname`` for messages and logs.
+
+    A multi-host DSN (``host=a,b port=5432,5433``: libpq tries each in turn) is
+    shown host by host, ``a:5432,b:5433/dbname``; one port given for several hosts
+    applies to each, as libpq reads it.
+    """
     try:
         parts = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
         return "<unparseable DSN>"
-    host = str(parts.get("host") or "local socket")
-    port = str(parts.get("port") or "5432")
+    hosts = str(parts.get("host") or parts.get("hostaddr") or "local socket").split(",")
+    ports = str(parts.get("port") or "5432").split(",")
+    if len(ports) != len(hosts):  # one port for all (libpq refuses other counts when connecting)
+        ports = [ports[0]] * len(hosts)
     db = str(parts.get("dbname") or parts.get("user") or "")
-    return f"{host}:{port}/{db}"
+    servers = ",".join(
+        f"{host or 'local socket'}:{port or '5432'}" for host, port in zip(hosts, ports, strict=True)
+    )
+    return f"{servers}/{db}"
 
 
 def translate_error(exc: psycopg.Error) -> DatabaseError:
