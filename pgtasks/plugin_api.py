@@ -25,7 +25,9 @@ Secrets:
 Tenants:
     `job_tenant` is the tenant a task may write data for: its job's own
     (``self.request.tenant``); a ``tenant=`` argument naming another fails the job
-    with `TENANT_MISMATCH`.
+    with `TENANT_MISMATCH`. `tenant_context` runs every statement of a block in a
+    transaction of one tenant, as row-level security mode needs for a tenant's
+    database role (docs/security.md).
 Typing:
     hook implementations annotate the app as the hook specification does, with the
     Protocols `pgtasks.App` implements: `TaskRegistry` (``pgtasks_register_tasks``),
@@ -41,7 +43,7 @@ from importlib import resources
 from typing import Final, NoReturn
 
 from pgtasks.context import TaskContext
-from pgtasks.db.database import AnyConnection, Database, Row
+from pgtasks.db.database import AnyConnection, Database, Row, tenant_context
 from pgtasks.db.named import NamedQueries
 from pgtasks.db.workers import WorkerInfo
 from pgtasks.errors import PgtasksError, Reject
@@ -75,6 +77,7 @@ __all__ = [
     "parse_queries",
     "redact_text",
     "shown",
+    "tenant_context",
 ]
 
 

@@ -87,13 +87,27 @@ def setup(roles: dict[str, str], dsn: str) -> Iterator[dict[str, Any]]:
         current = conn.execute("SELECT current_user").fetchone()
         assert current is not None
     tables = isolation.enable(owner.stores, [current[0], roles["fleet"]])
-    assert tables == ["pgtasks.jobs", "pgtasks.schedules", "pgtasks_index.entries"]
+    assert {"pgtasks.jobs", "pgtasks.schedules", "pgtasks_index.entries"} <= set(tables)
+    assert tables == _tables_with_a_tenant(dsn)
     assert isolation.grant_tenant_role(owner.stores, roles["web"]) == tables
     web = _app(_as_role(dsn, roles["web"]))
     ids = {t: [r.id for r in web.tenant(t).bind("t.work").delay_many(range(JOBS))] for t in (A, B)}
     yield {"owner": owner, "web": web, "ids": ids, "dsn": dsn, "roles": roles}
     web.close()
     owner.close()
+
+
+def _tables_with_a_tenant(dsn: str) -> list[str]:
+    """The tables of pgtasks' schemas that have a tenant column, as the catalog lists them."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT c.table_schema || '.' || c.table_name FROM information_schema.columns c"
+            " JOIN information_schema.tables t USING (table_schema, table_name)"
+            " WHERE c.column_name = 'tenant' AND t.table_type = 'BASE TABLE'"
+            " AND (c.table_schema = 'pgtasks' OR c.table_schema LIKE 'pgtasks\\_%')"
+            " ORDER BY c.table_schema, c.table_name"
+        ).fetchall()
+    return [str(r[0]) for r in rows]
 
 
 def _count_by_tenant(conn: psycopg.Connection[Any], table: str = "pgtasks.jobs") -> dict[str, int]:
@@ -278,18 +292,28 @@ def test_the_index_table_is_isolated_too(setup: dict[str, Any]) -> None:
     assert [h.tenant for h in web.tenant(A).search("invoice")] == [A]
     with web.tenant(A).connection() as conn:
         assert _count_by_tenant(conn, "pgtasks_index.entries") == {A: 1}
+    # The plugin's own calls (and `pgtasks search --tenant`) name the tenant: through the
+    # web role they reach that tenant's entries, and only by its name.
+    assert [h.key for h in pgtasks_index.search(web, "invoice", tenant=B)] == [f"{B}-1"]
+    assert [h.key for h in web.search("invoice", tenant=A)] == [f"{A}-1"]
+    assert pgtasks_index.count_entries(web, A) == {"document": 1}
+    assert pgtasks_index.get_entry(web, tenant=B, kind="document", key=f"{A}-1") is None
+    pgtasks_index.upsert(web, tenant=A, kind="mail", key="m-1", text="invoice by mail")
+    with psycopg.connect(setup["dsn"]) as conn:
+        assert _count_by_tenant(conn, "pgtasks_index.entries") == {A: 2, B: 1}
 
 
 def test_tables_a_later_migration_adds_join_the_mode(roles: dict[str, str], dsn: str) -> None:
     owner = _app(dsn, index=False, migrate=True)
     try:
-        assert isolation.enable(owner.stores) == ["pgtasks.jobs", "pgtasks.schedules"]
+        core = isolation.enable(owner.stores)
+        assert {"pgtasks.jobs", "pgtasks.schedules"} <= set(core) and core == _tables_with_a_tenant(dsn)
     finally:
         owner.close()
     later = _app(dsn, migrate=True)  # installs the index plugin's table
     try:
         states = {s.table: s for s in isolation.status(later.stores)}
-        assert set(states) == {"pgtasks.jobs", "pgtasks.schedules", "pgtasks_index.entries"}
+        assert set(states) == {*core, "pgtasks_index.entries"}
         assert isolation.is_enabled(states.values())
         assert states["pgtasks_index.entries"].fleet_roles == states["pgtasks.jobs"].fleet_roles
         isolation.disable(later.stores)
@@ -349,11 +373,8 @@ def test_a_role_that_may_not_grant_is_refused_not_told_it_granted(
                 (other, other),
             ).fetchone()
         assert rights == (False, False)
-        assert isolation.grant_tenant_role(setup["owner"].stores, other) == [
-            "pgtasks.jobs",
-            "pgtasks.schedules",
-            "pgtasks_index.entries",
-        ]
+        granted = isolation.grant_tenant_role(setup["owner"].stores, other)
+        assert granted == _tables_with_a_tenant(setup["dsn"]) and "pgtasks_index.entries" in granted
     finally:
         with psycopg.connect(setup["dsn"], autocommit=True) as conn:
             conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(other)))

@@ -8,6 +8,11 @@ its own. Methods take keyword-only parameters and return the records of
 `pgtasks_index.records` or plain values; `pgtasks_index.api` checks arguments
 and calls them.
 
+A statement whose parameters name a tenant (every read and write of entries) runs
+in a transaction of that tenant (`pgtasks.plugin_api.tenant_context`), so that in
+pgtasks' row-level security mode a tenant's database role reaches its own entries;
+the ``tenant = ...`` condition of each statement still decides which rows it sees.
+
 Every method raises `ConfigurationError` when the plugin's tables do not exist
 (its migrations were not applied) and `DatabaseError` for any other database
 failure.
@@ -15,6 +20,7 @@ failure.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import weakref
@@ -22,7 +28,15 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from pgtasks.errors import ConfigurationError, DatabaseError
-from pgtasks.plugin_api import AnyConnection, Database, NamedQueries, Row, StoreProvider, package_queries
+from pgtasks.plugin_api import (
+    AnyConnection,
+    Database,
+    NamedQueries,
+    Row,
+    StoreProvider,
+    package_queries,
+    tenant_context,
+)
 
 from .records import Capabilities, IndexEntry, MatchKind, SearchHit, UpsertResult
 
@@ -59,8 +73,11 @@ class IndexStore:
     def _fetch(
         self, name: str, params: dict[str, Any] | None = None, conn: AnyConnection | None = None
     ) -> list[Row]:
+        tenant = (params or {}).get("tenant")
+        scope = tenant_context(tenant) if isinstance(tenant, str) and tenant else contextlib.nullcontext()
         try:
-            return self._queries.fetch_all(name, params, conn=conn)
+            with scope:
+                return self._queries.fetch_all(name, params, conn=conn)
         except DatabaseError as exc:
             if exc.sqlstate == _UNDEFINED_TABLE:
                 raise ConfigurationError(_NOT_MIGRATED) from exc
