@@ -31,6 +31,7 @@ import pgtasks.errors
 
 START = datetime(2025, 6, 2, 12, 0, 30, tzinfo=UTC)
 SPEED = 30.0  # simulated seconds per second: a cron minute every 2 s
+PROMOTE_LATE = 5.0  # seconds between the primary's loss and the promotion, as a failover manager waits
 RECOVERY_WITHIN = 30.0  # seconds from the cut to a job finished on the new primary (measured: see docs)
 
 
@@ -75,9 +76,13 @@ def one(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["immediate", "fast"])
+@pytest.mark.parametrize(
+    ("mode", "promote_after"),
+    [("immediate", 0.0), ("fast", 0.0), ("immediate", PROMOTE_LATE)],
+    ids=["immediate", "fast", "immediate-promoted-late"],
+)
 def test_failover_to_a_synchronous_standby_loses_no_acknowledged_job(
-    pair: tuple[Server, Server], tmp_path: Path, mode: str
+    pair: tuple[Server, Server], tmp_path: Path, mode: str, promote_after: float
 ) -> None:
     """``pg_ctl stop -m immediate`` (a crash) or ``-m fast`` of the primary, then
     ``pg_ctl promote`` of the standby: every acknowledged enqueue succeeds exactly once
@@ -130,6 +135,7 @@ def test_failover_to_a_synchronous_standby_loses_no_acknowledged_job(
             # the new one, once promoted.
             cut_wall = datetime.now(UTC)
             cut = time.monotonic()
+            time.sleep(promote_after)  # a failover manager that waits before promoting
             standby.promote()
             promoted = time.monotonic() - cut
             with psycopg.connect(standby.dsn("test"), autocommit=True) as new:
@@ -205,7 +211,7 @@ def test_failover_to_a_synchronous_standby_loses_no_acknowledged_job(
         producer.stop()
         app.close()
     print(
-        f"failover ({mode}): {len(ids)} acknowledged enqueues"
+        f"failover ({mode}, promoted after {promote_after:.0f}s): {len(ids)} acknowledged enqueues"
         f" ({len(ids) - acknowledged_before} after the cut), {producer.refused} refused during the cut;"
         f" promote took {promoted:.2f}s; first job done on the new primary {recovery:.2f}s after the cut;"
         f" {retried} jobs ran a second attempt"
