@@ -20,6 +20,7 @@ from pgtasks import errors
 from pgtasks.app import App
 from pgtasks.canvas import GroupResult, chain, chord, group
 from pgtasks.context import Request, TaskContext
+from pgtasks.flow import TENANT
 from pgtasks.hookspecs import hookimpl
 from pgtasks.records import Attempt, Job, Requeue
 from pgtasks.result import AsyncResult
@@ -31,7 +32,7 @@ from pgtasks.tenancy import TenantScope
 if TYPE_CHECKING:
     from pgtasks.scheduler import Run, Schedule, ScheduleSpec
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - plain sorted() order, which tests/test_public_api.py checks
     "App",
     "AsyncResult",
     "Attempt",
@@ -45,6 +46,7 @@ __all__ = [
     "ScheduleSpec",
     "Settings",
     "Signature",
+    "TENANT",
     "Task",
     "TaskContext",
     "TaskOptions",

@@ -14,15 +14,17 @@ import pluggy
 from pgtasks import jobadmin
 from pgtasks import migrate as _migrate
 from pgtasks.db import Database, Stores
+from pgtasks.db.flow import FlowStore, TenantWeight
 from pgtasks.enqueue import BatchCall, JobEnqueuer
 from pgtasks.errors import ConfigurationError, UnknownTask
 from pgtasks.execution import CoreExecution
+from pgtasks.flow import check_weight, parse_rate
 from pgtasks.plugins import make_plugin_manager
 from pgtasks.records import Explanation, Job
 from pgtasks.result import AsyncResult
 from pgtasks.settings import Settings
 from pgtasks.states import TERMINAL
-from pgtasks.task import Signature, Task, TaskOptions
+from pgtasks.task import Signature, Task, TaskOptions, check_queue, check_tenant
 from pgtasks.tenancy import TenantScope
 from pgtasks.validation import (
     MAX_BATCH,
@@ -538,6 +540,51 @@ class App:
         "oldest_run_at"}]``; claimed: of the ``running`` jobs, those held by a worker but
         not started (`Job.phase`)."""
         return self.stores.jobs.queue_stats()
+
+    # -- flow control (docs/flow-control.md) ----------------------------------------
+
+    def set_tenant_weight(self, tenant: str, weight: float | None, *, queue: str | None = None) -> None:
+        """Give ``tenant`` a weight in the fair claim, at once for every worker: a tenant
+        with due jobs gets a share of claims proportional to its weight, measured in job
+        cost (``cost=``); a tenant without a weight weighs 1.
+
+        Args:
+            tenant: the tenant.
+            weight: a number above 0, at most 1,000,000; None drops the weight set.
+            queue: only in this queue; None for every queue without a weight of its own.
+
+        Raises:
+            ConfigurationError: a bad tenant, queue or weight.
+        """
+        check_tenant(tenant)
+        where = "" if queue is None else check_queue(queue)
+        store = FlowStore(self.stores.database)
+        if weight is None:
+            store.weight_delete(queue=where, tenant=tenant)
+            return
+        store.weight_set(queue=where, tenant=tenant, weight=check_weight(weight))
+
+    def tenant_weights(self, tenant: str | None = None) -> list[TenantWeight]:
+        """The weights set (only ``tenant``'s unless None), by queue (``""``: every
+        queue) then tenant."""
+        return FlowStore(self.stores.database).weight_list(
+            tenant=None if tenant is None else check_tenant(tenant)
+        )
+
+    def queue_rate_limit(self, queue: str, rate: str | int | None) -> None:
+        """Limit the starts of ``queue``'s jobs across the fleet, e.g. ``"50/s"``: every
+        job enqueued to it through this app from now on without a rate limit of its own
+        shares the queue's (rate key ``"queue=<queue>"``); None lifts it for later jobs.
+
+        Raises:
+            ConfigurationError: a bad queue or rate string.
+        """
+        check_queue(queue)
+        rates = self.enqueuer.queue_rates
+        if rate is None:
+            rates.pop(queue, None)
+        else:
+            rates[queue] = parse_rate("rate", rate)
 
     def purge(
         self, *, older_than: float = 7 * 86400.0, status: str | None = None, batch: int = 10_000

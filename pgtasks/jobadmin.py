@@ -190,6 +190,7 @@ def _reasons(j: JobSituation) -> list[Reason]:
                 {"lock_holder": j.lock_holder},
             )
         )
+    reasons.extend(_flow_reasons(j))
     if j.live_workers == 0:
         reasons.append(
             Reason(
@@ -211,6 +212,60 @@ def _reasons(j: JobSituation) -> list[Reason]:
     if not reasons:
         ready = f"due, and nothing holds it back: the next claim on {j.queue!r} takes it"
         reasons.append(Reason(ReasonCode.READY, ready, {"queue": j.queue}))
+    return reasons
+
+
+def _flow_reasons(j: JobSituation) -> list[Reason]:
+    """What flow control holds back of a queued job: its concurrency key at its limit,
+    its rate window full, its tenant over its weighted share (docs/flow-control.md)."""
+    reasons: list[Reason] = []
+    if (
+        j.concurrency_key is not None
+        and j.concurrency_limit is not None
+        and j.key_running >= j.concurrency_limit
+    ):
+        shown = ", ".join(str(i) for i in j.key_running_ids) or "another tenant's jobs"
+        more = ", ..." if j.key_running > len(j.key_running_ids) and j.key_running_ids else ""
+        reasons.append(
+            Reason(
+                ReasonCode.CONCURRENCY_LIMIT,
+                f"its key {j.concurrency_key!r} at its limit ({j.key_running} running: {shown}{more});"
+                f" at most {j.concurrency_limit} of the key run at once",
+                {
+                    "concurrency_key": j.concurrency_key,
+                    "limit": j.concurrency_limit,
+                    "running": j.key_running,
+                    "running_ids": list(j.key_running_ids),
+                },
+            )
+        )
+    if j.rate_opens_at is not None:
+        wait = max(0.0, (j.rate_opens_at - j.now).total_seconds())
+        reasons.append(
+            Reason(
+                ReasonCode.RATE_LIMITED,
+                f"rate-limited until {j.rate_opens_at.isoformat()} (in {wait:,.1f} s): rate key"
+                f" {j.rate_key!r} took its {j.rate_limit} starts of this window",
+                {"rate_key": j.rate_key, "until": j.rate_opens_at.isoformat(), "seconds": wait},
+            )
+        )
+    share = j.queue_running * j.tenant_weight / j.weights if j.weights > 0 else 0.0
+    if j.others_due and j.tenant_running > 0 and j.tenant_running > share:
+        reasons.append(
+            Reason(
+                ReasonCode.OVER_SHARE,
+                f"its tenant {j.tenant!r} over its share: {j.tenant_running} of the {j.queue_running}"
+                f" running jobs of queue {j.queue!r} (weight {j.tenant_weight:g}, a share of {share:.1f});"
+                " claims serve other tenants with due jobs first",
+                {
+                    "tenant": j.tenant,
+                    "running": j.tenant_running,
+                    "queue_running": j.queue_running,
+                    "weight": j.tenant_weight,
+                    "share": share,
+                },
+            )
+        )
     return reasons
 
 

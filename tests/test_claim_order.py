@@ -157,7 +157,14 @@ def test_claim_columns_name_what_the_claim_returns(app: pgtasks.App) -> None:
 
     cols.apply_async((7,), tenant="t", priority=3, headers={"h": 1})
     rows = _claim(app, 1, fair=True)
-    assert tuple(rows[0]) == (*CLAIM_COLUMNS, "due", "tenant_share")
+    assert tuple(rows[0]) == (*CLAIM_COLUMNS, "due", "tenant_share", "keyed")
+    # The claim by id returns the same columns, so the worker reads both alike.
+    by_id = cols.apply_async((8,))
+    named = app.store.fetch_all(
+        "job_claim_ids",
+        {"ids": [by_id.id], "queues": "{default}", "tasks": None, "now": None, "worker_id": "w-order"},
+    )
+    assert tuple(named[0]) == tuple(rows[0])
     assert (*CLAIM_COLUMNS, "worker_id") == tuple(f.name for f in dataclasses.fields(Request))
     values = tuple(rows[0].values())
     request = request_from_claim(values, "w-order")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pgtasks
 from pgtasks import errors
+from pgtasks.flow import FLOW_OPTIONS
 from pgtasks.settings import Settings
 from pgtasks.task import ENQUEUE_OPTIONS, TaskOptions
 
@@ -122,7 +123,7 @@ def test_every_task_option_is_documented() -> None:
 
 def test_every_enqueue_option_is_documented() -> None:
     documented = _table_names(_section(DOCS / "calling.md", "`delay` and `apply_async`"))
-    assert sorted(documented) == sorted(ENQUEUE_OPTIONS | {"connection"})
+    assert sorted(documented) == sorted(ENQUEUE_OPTIONS | FLOW_OPTIONS | {"connection"})
 
 
 def test_every_setting_and_environment_variable_is_documented() -> None:

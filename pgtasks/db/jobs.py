@@ -54,6 +54,9 @@ class NewJob:
         countdown: seconds until due, or eta: the instant it is due (at most one).
         lock_key, unique_key: the job's keys, if any.
         trigger, schedule_name, scheduled_for, parent_id, correlation_id: what made it.
+        flow: flow control (docs/flow-control.md), or None: (concurrency key,
+            concurrency limit, rate key, rate limit, rate period in seconds, cost),
+            each None but cost (a float > 0, default 1) when unused.
     """
 
     task_name: str
@@ -74,11 +77,13 @@ class NewJob:
     scheduled_for: datetime | None = None
     parent_id: int | None = None
     correlation_id: str | None = None
+    flow: FlowFields | None = None
 
     def _is_plain(self) -> bool:
-        """Whether the narrowest INSERT (no time, keys or links) can write it."""
+        """Whether the narrowest INSERT (no time, keys, links or flow control) can write it."""
         return (
-            self.countdown is None
+            self.flow is None
+            and self.countdown is None
             and self.eta is None
             and self.lock_key is None
             and self.trigger == "api"
@@ -87,6 +92,12 @@ class NewJob:
             and self.parent_id is None
             and self.correlation_id is None
         )
+
+
+#: A job's flow control as `NewJob.flow` holds it: (concurrency key, concurrency limit,
+#: rate key, rate limit, rate period in seconds, cost).
+FlowFields = tuple[str | None, int | None, str | None, int | None, float | None, float]
+NO_FLOW: FlowFields = (None, None, None, None, None, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +142,23 @@ class JobSituation:
     now: datetime
     lock_held: bool | None
     lock_holder: int | None
+    # Flow control (docs/flow-control.md): the job's concurrency and rate keys and limits;
+    # the running jobs of its concurrency key (key_running_ids: the first ten, of its own
+    # tenant when scoped); when its full rate window ends (None: not full); its tenant's
+    # weight and running jobs in its queue, the queue's running jobs, the weights of the
+    # tenants that run some (with its own); whether other tenants have due jobs there.
+    concurrency_key: str | None
+    concurrency_limit: int | None
+    rate_key: str | None
+    rate_limit: int | None
+    key_running: int
+    key_running_ids: list[int]
+    rate_opens_at: datetime | None
+    tenant_weight: float
+    tenant_running: int
+    queue_running: int
+    weights: float
+    others_due: bool
     live_workers: int
     ahead: int
     ahead_in_tenant: int
@@ -310,34 +338,6 @@ class JobStore:
         row = self.database.fetch_one("job_find_unique", params, conn=conn)
         return None if row is None else int(row["id"])
 
-    def insert_many(
-        self,
-        *,
-        task_names: Sequence[str],
-        queues: Sequence[str],
-        tenants: Sequence[str],
-        args: Sequence[str],
-        kwargs: Sequence[str],
-        headers: Sequence[str],
-        priorities: Sequence[int],
-        max_attempts: Sequence[int],
-        retry_on_worker_lost: Sequence[bool],
-        countdowns: Sequence[float | None],
-        etas: Sequence[datetime | None],
-        lock_keys: Sequence[str | None],
-        unique_keys: Sequence[str | None],
-        conn: AnyConnection | None = None,
-    ) -> list[int]:
-        """Insert one job per position of the equally long arrays; returns the ids written.
-
-        Rows whose unique key is already held are skipped (no id for them).
-        """
-        params = {
-            "task_names": task_names, "queues": queues, "tenants": tenants, "args": args, "kwargs": kwargs,
-            "headers": headers, "priorities": priorities, "max_attempts": max_attempts,
-            "retry_on_worker_lost": retry_on_worker_lost, "countdowns": countdowns, "etas": etas,
-            "lock_keys": lock_keys, "unique_keys": unique_keys,
-        }  # fmt: skip
     # -- dependencies (migration 0007) ---------------------------------------------
 
     def lock_prerequisites(
@@ -414,6 +414,41 @@ class JobStore:
         rows = self.database.fetch_all("job_prerequisites", {"id": id, "tenant": self.tenant})
         return [Prerequisite(int(r["id"]), r["run_on"], r["outcome"], r["status"]) for r in rows]
 
+    def insert_many(
+        self,
+        *,
+        task_names: Sequence[str],
+        queues: Sequence[str],
+        tenants: Sequence[str],
+        args: Sequence[str],
+        kwargs: Sequence[str],
+        headers: Sequence[str],
+        priorities: Sequence[int],
+        max_attempts: Sequence[int],
+        retry_on_worker_lost: Sequence[bool],
+        countdowns: Sequence[float | None],
+        etas: Sequence[datetime | None],
+        lock_keys: Sequence[str | None],
+        unique_keys: Sequence[str | None],
+        flows: Sequence[FlowFields] | None = None,
+        conn: AnyConnection | None = None,
+    ) -> list[int]:
+        """Insert one job per position of the equally long arrays; returns the ids written.
+
+        ``flows``: each job's `NewJob.flow` (`NO_FLOW` for none), or None when no job
+        has flow control. Rows whose unique key is already held are skipped (no id for them).
+        """
+        params: dict[str, Any] = {
+            "task_names": task_names, "queues": queues, "tenants": tenants, "args": args, "kwargs": kwargs,
+            "headers": headers, "priorities": priorities, "max_attempts": max_attempts,
+            "retry_on_worker_lost": retry_on_worker_lost, "countdowns": countdowns, "etas": etas,
+            "lock_keys": lock_keys, "unique_keys": unique_keys,
+        }  # fmt: skip
+        columns = (
+            "concurrency_keys", "concurrency_limits", "rate_keys", "rate_limits", "rate_periods", "costs",
+        )  # fmt: skip
+        for n, column in enumerate(columns):
+            params[column] = None if flows is None else [f[n] for f in flows]
         return [int(r["id"]) for r in self.database.fetch_all("job_insert_many", params, conn=conn)]
 
     def ids_reserve(self, *, n: int, conn: AnyConnection | None = None) -> list[int] | None:
@@ -627,11 +662,19 @@ class JobStore:
     ) -> tuple[datetime | None, datetime]:
         """(earliest run-at of a queued job in ``queues`` of ``tasks`` (as for
         `claim_batch`) or None, the database's now)."""
+        run_at, db_now, _ = self.next_wake(queues=queues, max_groups=max_groups, tasks=tasks, now=now)
+        return run_at, db_now
+
+    def next_wake(
+        self, *, queues: str, max_groups: int, tasks: str | None = None, now: Now = None
+    ) -> tuple[datetime | None, datetime, datetime | None]:
+        """`next_run_at`, and the earliest end of a full rate window that queued jobs of
+        ``queues`` wait on (None: none): (run-at, now, opens-at)."""
         row = self.database.fetch_one(
             "job_next_run_at", {"queues": queues, "tasks": tasks, "now": now, "max_groups": max_groups}
         )
         assert row is not None  # an aggregate: always one row
-        return row["run_at"], row["now"]
+        return row["run_at"], row["now"], row["opens_at"]
 
     # -- outcomes (only the completer writes them) --------------------------------------
 
@@ -955,7 +998,7 @@ def _stored_status(row: Row | None) -> StoredJobStatus | None:
 
 
 def _full_params(job: NewJob, notify: bool) -> dict[str, Any]:
-    return {
+    params = {
         "task_name": job.task_name, "queue": job.queue, "tenant": job.tenant, "args": job.args,
         "kwargs": job.kwargs, "headers": job.headers, "priority": job.priority,
         "max_attempts": job.max_attempts, "retry_on_worker_lost": job.retry_on_worker_lost,
@@ -963,3 +1006,13 @@ def _full_params(job: NewJob, notify: bool) -> dict[str, Any]:
         "schedule_name": job.schedule_name, "scheduled_for": job.scheduled_for, "parent_id": job.parent_id,
         "correlation_id": job.correlation_id, "notify": notify,
     }  # fmt: skip
+    flow = job.flow or NO_FLOW
+    params.update(
+        concurrency_key=flow[0],
+        concurrency_limit=flow[1],
+        rate_key=flow[2],
+        rate_limit=flow[3],
+        rate_period=flow[4],
+        cost=flow[5],
+    )
+    return params

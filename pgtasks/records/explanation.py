@@ -24,6 +24,12 @@ class ReasonCode(StrEnum):
     NOT_DUE = "not_due"
     #: Another job with the same lock key is running; they run one at a time.
     LOCK_HELD = "lock_held"
+    #: Its concurrency key is at its limit: as many jobs of the key run already.
+    CONCURRENCY_LIMIT = "concurrency_limit"
+    #: Its rate key's window is full; it starts when the window ends.
+    RATE_LIMITED = "rate_limited"
+    #: Its tenant runs more than its weighted share while other tenants have due jobs.
+    OVER_SHARE = "over_share"
     #: No live worker serves its queue.
     NO_WORKER = "no_worker"
     #: Due jobs of its queue come before it (priority, then age).

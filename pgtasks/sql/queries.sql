@@ -60,13 +60,15 @@ RETURNING id, CASE WHEN %(notify)s THEN pg_notify('pgtasks_jobs', queue || ':' |
 INSERT INTO pgtasks.jobs (
     task_name, queue, tenant, args, kwargs, headers, priority, max_attempts, run_at,
     lock_key, trigger, schedule_name, scheduled_for, parent_id, correlation_id,
-    retry_on_worker_lost)
+    retry_on_worker_lost, concurrency_key, concurrency_limit, rate_key, rate_limit, rate_period, cost)
 VALUES (
     %(task_name)s, %(queue)s, %(tenant)s, %(args)s::jsonb, %(kwargs)s::jsonb,
     %(headers)s::jsonb, %(priority)s, %(max_attempts)s,
     coalesce(%(eta)s::timestamptz, now() + make_interval(secs => coalesce(%(countdown)s::float8, 0))),
     %(lock_key)s, %(trigger)s, %(schedule_name)s, %(scheduled_for)s::timestamptz,
-    %(parent_id)s::bigint, %(correlation_id)s, %(retry_on_worker_lost)s)
+    %(parent_id)s::bigint, %(correlation_id)s, %(retry_on_worker_lost)s,
+    %(concurrency_key)s::text, %(concurrency_limit)s::integer, %(rate_key)s::text,
+    %(rate_limit)s::integer, %(rate_period)s::float8, %(cost)s::real)
 RETURNING id, CASE WHEN %(notify)s THEN pg_notify('pgtasks_jobs', queue || ':' || id) IS NOT NULL END
     AS notified;
 
@@ -76,14 +78,16 @@ RETURNING id, CASE WHEN %(notify)s THEN pg_notify('pgtasks_jobs', queue || ':' |
 INSERT INTO pgtasks.jobs (
     task_name, queue, tenant, args, kwargs, headers, priority, max_attempts, run_at,
     lock_key, unique_key, trigger, schedule_name, scheduled_for, parent_id,
-    correlation_id, retry_on_worker_lost)
+    correlation_id, retry_on_worker_lost, concurrency_key, concurrency_limit, rate_key, rate_limit,
+    rate_period, cost)
 VALUES (
     %(task_name)s, %(queue)s, %(tenant)s, %(args)s::jsonb, %(kwargs)s::jsonb,
     %(headers)s::jsonb, %(priority)s, %(max_attempts)s,
     coalesce(%(eta)s::timestamptz, now() + make_interval(secs => coalesce(%(countdown)s::float8, 0))),
     %(lock_key)s, %(unique_key)s, %(trigger)s, %(schedule_name)s,
     %(scheduled_for)s::timestamptz, %(parent_id)s::bigint, %(correlation_id)s,
-    %(retry_on_worker_lost)s)
+    %(retry_on_worker_lost)s, %(concurrency_key)s::text, %(concurrency_limit)s::integer,
+    %(rate_key)s::text, %(rate_limit)s::integer, %(rate_period)s::float8, %(cost)s::real)
 ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
 DO NOTHING
 RETURNING id, CASE WHEN %(notify)s THEN pg_notify('pgtasks_jobs', queue || ':' || id) IS NOT NULL END
@@ -93,17 +97,23 @@ RETURNING id, CASE WHEN %(notify)s THEN pg_notify('pgtasks_jobs', queue || ':' |
 -- Enqueue many jobs in one statement (arrays of equal length); rows whose unique key is held are skipped.
 INSERT INTO pgtasks.jobs (
     task_name, queue, tenant, args, kwargs, headers, priority, max_attempts, run_at,
-    lock_key, unique_key, trigger, retry_on_worker_lost)
+    lock_key, unique_key, trigger, retry_on_worker_lost, concurrency_key, concurrency_limit,
+    rate_key, rate_limit, rate_period, cost)
 SELECT v.task_name, v.queue, v.tenant, v.args, v.kwargs, v.headers, v.priority,
        v.max_attempts, coalesce(v.eta, now() + make_interval(secs => coalesce(v.countdown, 0))),
-       v.lock_key, v.unique_key, 'api', v.retry_on_worker_lost
+       v.lock_key, v.unique_key, 'api', v.retry_on_worker_lost, v.concurrency_key,
+       v.concurrency_limit, v.rate_key, v.rate_limit, v.rate_period, coalesce(v.cost, 1)
 FROM unnest(
     %(task_names)s::text[], %(queues)s::text[], %(tenants)s::text[], %(args)s::jsonb[],
     %(kwargs)s::jsonb[], %(headers)s::jsonb[], %(priorities)s::smallint[],
     %(max_attempts)s::integer[], %(etas)s::timestamptz[], %(countdowns)s::float8[],
-    %(lock_keys)s::text[], %(unique_keys)s::text[], %(retry_on_worker_lost)s::boolean[]
+    %(lock_keys)s::text[], %(unique_keys)s::text[], %(retry_on_worker_lost)s::boolean[],
+    -- Flow control (NULL arrays when no job of the batch has any: NULLs, cost 1).
+    %(concurrency_keys)s::text[], %(concurrency_limits)s::integer[], %(rate_keys)s::text[],
+    %(rate_limits)s::integer[], %(rate_periods)s::float8[], %(costs)s::real[]
 ) AS v(task_name, queue, tenant, args, kwargs, headers, priority, max_attempts, eta, countdown,
-       lock_key, unique_key, retry_on_worker_lost)
+       lock_key, unique_key, retry_on_worker_lost, concurrency_key, concurrency_limit, rate_key,
+       rate_limit, rate_period, cost)
 ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
 DO NOTHING
 RETURNING id;
@@ -201,11 +211,67 @@ SELECT id, status, result, error FROM pgtasks.jobs WHERE id = %(id)s AND (%(tena
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t),
 j AS (
     SELECT id, status, queue, tenant, task_name, priority, run_at, lock_key, worker_id,
-           started_at, finished_at, attempt, max_attempts
+           started_at, finished_at, attempt, max_attempts, concurrency_key, concurrency_limit,
+           rate_key, rate_limit
     FROM pgtasks.jobs
     WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+),
+-- Flow control (migration 0008), for a queued job: the running jobs of its concurrency key
+-- (their count, and the first ids, of its own tenant only when scoped); when its rate
+-- key's window is full, the instant it ends; its tenant's weight and running jobs in the
+-- queue, the running jobs of the queue and the weights of the tenants that have some (with
+-- its own), and whether another tenant has due jobs in the queue (claims share between them).
+-- The tenants with queued jobs in its queue: a skip scan of jobs_claim_idx, at most 100.
+queued_tenants AS (
+    WITH RECURSIVE t AS (
+        SELECT (SELECT q.tenant FROM pgtasks.jobs q
+                WHERE q.status = 'queued' AND q.queue = j.queue
+                ORDER BY q.tenant LIMIT 1) AS tenant, 1 AS n
+        FROM j WHERE j.status = 'queued'
+        UNION ALL
+        SELECT (SELECT q.tenant FROM pgtasks.jobs q
+                WHERE q.status = 'queued' AND q.queue = (SELECT j.queue FROM j) AND q.tenant > t.tenant
+                ORDER BY q.tenant LIMIT 1), t.n + 1
+        FROM t WHERE t.tenant IS NOT NULL AND t.n < 100
+    )
+    SELECT tenant FROM t WHERE tenant IS NOT NULL
+    UNION
+    SELECT j.tenant FROM j WHERE j.status = 'queued'
+),
+f AS (
+    SELECT
+        (SELECT count(*) FROM pgtasks.jobs r
+         WHERE j.status = 'queued' AND r.concurrency_key = j.concurrency_key AND r.status = 'running')
+            AS key_running,
+        ARRAY(SELECT r.id FROM pgtasks.jobs r
+              WHERE j.status = 'queued' AND r.concurrency_key = j.concurrency_key AND r.status = 'running'
+                AND (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s)
+              ORDER BY r.id LIMIT 10) AS key_running_ids,
+        (SELECT w.window_start + make_interval(secs => w.period) FROM pgtasks.rate_windows w
+         WHERE j.status = 'queued' AND w.key = j.rate_key AND w.taken >= j.rate_limit
+           AND w.window_start + make_interval(secs => w.period) > n.t) AS rate_opens_at,
+        coalesce((SELECT tw.weight FROM pgtasks.tenant_weights tw
+                  WHERE tw.tenant = j.tenant AND tw.queue IN (j.queue, '')
+                  ORDER BY tw.queue DESC LIMIT 1), 1)::float8 AS tenant_weight,
+        r.tenant_running, r.queue_running, r.weights,
+        EXISTS (SELECT 1 FROM pgtasks.jobs o
+                WHERE j.status = 'queued' AND o.status = 'queued' AND o.queue = j.queue
+                  AND o.tenant <> j.tenant AND o.run_at <= n.t) AS others_due
+    FROM j CROSS JOIN n
+    CROSS JOIN LATERAL (
+        SELECT coalesce(sum(c.running) FILTER (WHERE c.tenant = j.tenant), 0)::int AS tenant_running,
+               coalesce(sum(c.running), 0)::int AS queue_running,
+               coalesce(sum(coalesce((SELECT tw.weight FROM pgtasks.tenant_weights tw
+                                      WHERE tw.tenant = c.tenant AND tw.queue IN (j.queue, '')
+                                      ORDER BY tw.queue DESC LIMIT 1), 1)), 0)::float8 AS weights
+        FROM (SELECT x.tenant, count(*) FILTER (WHERE x.running) AS running
+              FROM (SELECT r.tenant, true AS running FROM pgtasks.jobs r
+                    WHERE j.status = 'queued' AND r.status = 'running' AND r.queue = j.queue
+                    UNION ALL SELECT q.tenant, false FROM queued_tenants q) x
+              GROUP BY x.tenant) c
+    ) r
 )
-SELECT j.*, n.t AS now, h.held AS lock_held,
+SELECT j.*, n.t AS now, h.held AS lock_held, f.*,
        CASE WHEN %(tenant)s::text IS NULL OR h.tenant = %(tenant)s THEN h.id END AS lock_holder,
        (SELECT count(*) FROM pgtasks.workers w
         WHERE j.queue = ANY (w.queues) AND NOT w.stopping AND w.lease_expires_at >= n.t) AS live_workers,
@@ -223,7 +289,7 @@ SELECT j.*, n.t AS now, h.held AS lock_held,
               AND (a.priority > j.priority
                    OR (a.priority = j.priority AND (a.run_at, a.id) < (j.run_at, j.id)))
             LIMIT %(ahead_limit)s) x) AS ahead_in_tenant
-FROM j CROSS JOIN n
+FROM j CROSS JOIN n CROSS JOIN f
 LEFT JOIN LATERAL (
     SELECT r.id, r.tenant, true AS held FROM pgtasks.jobs r
     WHERE j.lock_key IS NOT NULL AND r.lock_key = j.lock_key AND r.status = 'running' AND r.id <> j.id
@@ -315,7 +381,11 @@ LIMIT %(limit)s;
 -- without locking them, so a worker that knows such a job claims it at once. The tenant
 -- and priority probes do not look at the task: each stays one probe.
 WITH RECURSIVE tenants AS (
-    SELECT f.queue, f.tenant, f.priority, f.run_at, 1 AS n
+    SELECT f.queue, f.tenant, f.priority, f.run_at, 1 AS n,
+           coalesce((SELECT tw.weight FROM pgtasks.tenant_weights tw
+                     WHERE tw.tenant = f.tenant AND tw.queue IN (f.queue, '')
+                     ORDER BY tw.queue DESC LIMIT 1), 1)::float8 AS weight,
+           -ln(1.0 - random()) AS draw
     FROM unnest(%(queues)s::text[]) AS q(queue)
     CROSS JOIN LATERAL (
         SELECT j.queue, j.tenant, j.priority, j.run_at
@@ -325,7 +395,11 @@ WITH RECURSIVE tenants AS (
         LIMIT 1
     ) f
     UNION ALL
-    SELECT nxt.queue, nxt.tenant, nxt.priority, nxt.run_at, t.n + 1
+    SELECT nxt.queue, nxt.tenant, nxt.priority, nxt.run_at, t.n + 1,
+           coalesce((SELECT tw.weight FROM pgtasks.tenant_weights tw
+                     WHERE tw.tenant = nxt.tenant AND tw.queue IN (nxt.queue, '')
+                     ORDER BY tw.queue DESC LIMIT 1), 1)::float8,
+           -ln(1.0 - random())
     FROM tenants t
     CROSS JOIN LATERAL (
         SELECT j.queue, j.tenant, j.priority, j.run_at
@@ -343,10 +417,18 @@ share AS (
     -- claim keeps with 100 tenants. A tenant whose first job is due later while a lower
     -- priority has one due goes uncounted: that only makes the share larger. Strict
     -- priority: the whole limit.
-    SELECT CASE WHEN %(fair)s::boolean THEN (%(limit)s::int + d.tenants - 1) / d.tenants
-                ELSE %(limit)s::int END AS share
-    FROM (SELECT greatest(1, count(*) FILTER (
-                     WHERE t.run_at <= coalesce(%(now)s::timestamptz, now())))::int AS tenants
+    -- Weighted (pgtasks.tenant_weights), the heaviest tenant's part of the limit, rounded
+    -- up, for every tenant (unweighted, each weighs 1: the same figure). lottery: some
+    -- tenant's weight is not 1, so the claim order draws (see picked).
+    SELECT CASE WHEN %(fair)s::boolean
+                THEN least(%(limit)s::int, greatest(1, ceil(%(limit)s::int * d.max_weight / d.weights)))::int
+                ELSE %(limit)s::int END AS share,
+           d.lottery
+    FROM (SELECT coalesce(max(t.weight) FILTER (WHERE t.run_at <= coalesce(%(now)s::timestamptz, now())), 1)
+                     AS max_weight,
+                 coalesce(sum(t.weight) FILTER (WHERE t.run_at <= coalesce(%(now)s::timestamptz, now())), 1)
+                     AS weights,
+                 coalesce(bool_or(t.weight <> 1), false) AS lottery
           FROM tenants t) d
 ),
 candidates AS (
@@ -356,10 +438,10 @@ candidates AS (
     -- priorities come from the recursion highest first (its first is the one the tenants
     -- skip scan saw); each priority's due jobs in run-at order, stopping at the limit, so
     -- a lower priority is probed only if the higher ones did not fill it.
-    SELECT c.*
+    SELECT c.*, t.weight, t.draw
     FROM tenants t
     CROSS JOIN LATERAL (
-        SELECT l.*, row_number() OVER () AS turn
+        SELECT l.*, row_number() OVER () AS turn, sum(l.cost) OVER (ROWS UNBOUNDED PRECEDING) AS spent
         FROM (
             WITH RECURSIVE priorities AS (
                 SELECT t.priority
@@ -376,7 +458,8 @@ candidates AS (
             SELECT d.*
             FROM priorities p
             CROSS JOIN LATERAL (
-                SELECT j.id, j.priority, j.run_at, j.lock_key
+                SELECT j.id, j.priority, j.run_at, j.lock_key, j.concurrency_key,
+                       j.concurrency_limit, j.rate_key, j.rate_limit, j.rate_period, j.cost
                 FROM pgtasks.jobs j
                 WHERE j.status = 'queued' AND j.queue = t.queue AND j.tenant = t.tenant
                   AND j.priority = p.priority
@@ -388,6 +471,20 @@ candidates AS (
                       -- A claim in flight elsewhere may be taking a job of this key: skip
                       -- the key rather than collide on jobs_lock_running_idx at commit.
                       AND pg_try_advisory_xact_lock(1885828211, hashtext(j.lock_key))))
+                  -- Pass over the jobs of a concurrency key at its limit (no slot given
+                  -- back since) and of a rate key whose window is full, so their backlog
+                  -- does not take the share of jobs behind it. One key lookup each, only
+                  -- for jobs that have such a key.
+                  AND (j.concurrency_key IS NULL OR NOT EXISTS (
+                        SELECT 1 FROM pgtasks.concurrency_keys k
+                        WHERE k.key = j.concurrency_key AND k.running >= j.concurrency_limit
+                          AND NOT EXISTS (SELECT 1 FROM pgtasks.concurrency_releases x
+                                          WHERE x.key = k.key)))
+                  AND (j.rate_key IS NULL OR NOT EXISTS (
+                        SELECT 1 FROM pgtasks.rate_windows w
+                        WHERE w.key = j.rate_key AND w.taken >= j.rate_limit
+                          AND w.window_start + make_interval(secs => w.period)
+                              > coalesce(%(now)s::timestamptz, clock_timestamp())))
                 ORDER BY j.run_at, j.id
                 LIMIT (SELECT s.share FROM share s)
                 FOR UPDATE SKIP LOCKED
@@ -396,22 +493,143 @@ candidates AS (
         ) l
     ) c
 ),
-picked AS (
-    -- Fair: first turns of every tenant, then second turns, ...; else priority order.
+ordered AS (
     -- At most one job per lock key: the first of its key in priority order (checked only
     -- for jobs that have a key).
-    -- The ORDER BY repeats the window's, so one sort serves both.
-    SELECT c.id, row_number() OVER w AS claim_order
-    FROM candidates c
+    -- fair_key: fair, the tenant's cost spent up to and with this job (its turn, when each
+    -- job costs 1) over its weight, so first turns of every tenant come before second
+    -- turns; weighted, the job's own cost scaled by the tenant's draw (an exponential
+    -- variate of mean 1), which makes the first job of the claim a tenant's with chance
+    -- weight / cost over the sum of all (lottery scheduling, Waldspurger and Weihl, 1994):
+    -- a claim of one job is as fair over time as a claim of many. Else 0 (priority order).
+    SELECT c.id, c.priority, c.run_at, c.concurrency_key, c.concurrency_limit, c.rate_key,
+           c.rate_limit, c.rate_period,
+           CASE WHEN %(fair)s::boolean
+                THEN (c.spent - c.cost + c.cost * CASE WHEN s.lottery THEN c.draw ELSE 1 END) / c.weight
+                ELSE 0 END AS fair_key
+    FROM candidates c CROSS JOIN share s
     WHERE c.lock_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM candidates d
         WHERE d.lock_key = c.lock_key
           AND (d.priority > c.priority
                OR (d.priority = c.priority AND (d.run_at, d.id) < (c.run_at, c.id))))
-    WINDOW w AS (ORDER BY CASE WHEN %(fair)s::boolean THEN c.turn ELSE 0 END,
-                          c.priority DESC, c.run_at, c.id)
-    ORDER BY CASE WHEN %(fair)s::boolean THEN c.turn ELSE 0 END, c.priority DESC, c.run_at, c.id
+),
+picked AS (
+    -- Fair: in fair_key order; else priority order. Of a concurrency or rate key, no more
+    -- jobs than its limit (the write below takes what its counter allows).
+    -- The ORDER BY repeats the window's, so one sort serves both.
+    SELECT r.id, r.concurrency_key, r.concurrency_limit, r.rate_key, r.rate_limit, r.rate_period,
+           row_number() OVER w AS claim_order
+    FROM (SELECT o.*,
+                 row_number() OVER (PARTITION BY o.concurrency_key
+                                    ORDER BY o.fair_key, o.priority DESC, o.run_at, o.id) AS key_rank,
+                 row_number() OVER (PARTITION BY o.rate_key
+                                    ORDER BY o.fair_key, o.priority DESC, o.run_at, o.id) AS rate_rank
+          FROM ordered o) r
+    WHERE (r.concurrency_key IS NULL OR r.key_rank <= r.concurrency_limit)
+      AND (r.rate_key IS NULL OR r.rate_rank <= r.rate_limit)
+    WINDOW w AS (ORDER BY r.fair_key, r.priority DESC, r.run_at, r.id)
+    ORDER BY r.fair_key, r.priority DESC, r.run_at, r.id
     LIMIT %(limit)s
+),
+rate_wanted AS (
+    -- Rate keys among the picked jobs: how many want a start, the limit and period (the
+    -- smallest the jobs name).
+    SELECT p.rate_key AS key, count(*)::int AS n, min(p.rate_limit) AS lim,
+           min(p.rate_period) AS period
+    FROM picked p WHERE p.rate_key IS NOT NULL GROUP BY p.rate_key
+),
+clock AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS t),
+rate_fresh AS (
+    -- A key's first window: inserted (in key order, so two claims adding keys never wait
+    -- on each other in a circle); a row another claim added first is left to it.
+    INSERT INTO pgtasks.rate_windows (key, lim, period, window_start, taken, granted)
+    SELECT w.key, w.lim, w.period, k.t, least(w.n, w.lim), least(w.n, w.lim)
+    FROM rate_wanted w CROSS JOIN clock k
+    ORDER BY w.key
+    ON CONFLICT (key) DO NOTHING
+    RETURNING key, granted
+),
+rate_held AS (
+    -- Existing windows, locked; one another claim holds is passed over, not waited for
+    -- (its jobs wait for a later claim), so claims never queue behind one another.
+    SELECT w.key FROM pgtasks.rate_windows w
+    WHERE w.key = ANY(ARRAY(SELECT x.key FROM rate_wanted x))
+    FOR UPDATE SKIP LOCKED
+),
+rate_taken AS (
+    -- Take what the window has left; a window past its end opens anew now. Under READ
+    -- COMMITTED the row is the newest version (the lock's), so no two claims take the same
+    -- start.
+    UPDATE pgtasks.rate_windows w
+    SET granted = CASE WHEN w.window_start + make_interval(secs => w.period) > k.t
+                       THEN least(x.n, greatest(0, x.lim - w.taken)) ELSE least(x.n, x.lim) END,
+        taken = CASE WHEN w.window_start + make_interval(secs => w.period) > k.t
+                     THEN w.taken + least(x.n, greatest(0, x.lim - w.taken)) ELSE least(x.n, x.lim) END,
+        window_start = CASE WHEN w.window_start + make_interval(secs => w.period) > k.t
+                            THEN w.window_start ELSE k.t END,
+        period = CASE WHEN w.window_start + make_interval(secs => w.period) > k.t
+                      THEN w.period ELSE x.period END,
+        lim = x.lim
+    FROM rate_wanted x CROSS JOIN clock k
+    WHERE w.key = ANY(ARRAY(SELECT h.key FROM rate_held h)) AND x.key = w.key
+    RETURNING w.key, w.granted
+),
+passed AS (
+    -- The picked jobs that got a start of their rate key (the first of the key in claim order).
+    SELECT p.id, p.concurrency_key, p.concurrency_limit, p.claim_order
+    FROM (SELECT p.*, row_number() OVER (PARTITION BY p.rate_key ORDER BY p.claim_order) AS n
+          FROM picked p) p
+    WHERE p.rate_key IS NULL OR p.n <= coalesce(
+        (SELECT g.granted FROM rate_fresh g WHERE g.key = p.rate_key),
+        (SELECT g.granted FROM rate_taken g WHERE g.key = p.rate_key), 0)
+),
+slots_wanted AS (
+    SELECT p.concurrency_key AS key, count(*)::int AS n, min(p.concurrency_limit) AS lim
+    FROM passed p WHERE p.concurrency_key IS NOT NULL GROUP BY p.concurrency_key
+),
+slots_fresh AS (
+    -- A key's counter, made by its first claim (as rate_fresh).
+    INSERT INTO pgtasks.concurrency_keys (key, running, granted)
+    SELECT w.key, least(w.n, w.lim), least(w.n, w.lim) FROM slots_wanted w
+    ORDER BY w.key
+    ON CONFLICT (key) DO NOTHING
+    RETURNING key, granted
+),
+slots_held AS (
+    -- Existing counters, locked, or passed over while another claim holds them (as rate_held).
+    SELECT k.key FROM pgtasks.concurrency_keys k
+    WHERE k.key = ANY(ARRAY(SELECT w.key FROM slots_wanted w))
+    FOR UPDATE SKIP LOCKED
+),
+slots_returned AS (
+    -- The slots jobs gave back since (jobs_concurrency_release): the holder of a counter
+    -- folds them in. A release another claim folded meanwhile is gone (not returned here).
+    DELETE FROM pgtasks.concurrency_releases r
+    WHERE r.key = ANY(ARRAY(SELECT h.key FROM slots_held h))
+    RETURNING r.key
+),
+slots_taken AS (
+    -- running, less the slots given back, plus what the limit leaves for the wanted jobs.
+    -- As for the windows, the row is its newest version: concurrent claims cannot overshoot.
+    UPDATE pgtasks.concurrency_keys k
+    SET granted = least(x.n, greatest(0, x.lim - greatest(0, k.running - x.back))),
+        running = greatest(0, k.running - x.back)
+                  + least(x.n, greatest(0, x.lim - greatest(0, k.running - x.back)))
+    FROM (SELECT w.key, w.n, w.lim,
+                 (SELECT count(*) FROM slots_returned r WHERE r.key = w.key)::int AS back
+          FROM slots_wanted w) x
+    WHERE k.key = ANY(ARRAY(SELECT h.key FROM slots_held h)) AND x.key = k.key
+    RETURNING k.key, k.granted
+),
+admitted AS (
+    -- The jobs that got a slot of their concurrency key (the first of the key in claim order).
+    SELECT p.id, p.claim_order
+    FROM (SELECT p.*, row_number() OVER (PARTITION BY p.concurrency_key ORDER BY p.claim_order) AS n
+          FROM passed p) p
+    WHERE p.concurrency_key IS NULL OR p.n <= coalesce(
+        (SELECT g.granted FROM slots_fresh g WHERE g.key = p.concurrency_key),
+        (SELECT g.granted FROM slots_taken g WHERE g.key = p.concurrency_key), 0)
 ),
 claimed AS (
     -- The write's plan must not depend on the table's statistics, which a queue table
@@ -433,20 +651,22 @@ claimed AS (
     SET status = 'running', attempt = j.attempt + 1, worker_id = %(worker_id)s,
         started_at = NULL,
         heartbeat_at = coalesce(%(now)s::timestamptz, clock_timestamp())
-    FROM unnest(ARRAY(SELECT p.id FROM picked p ORDER BY p.claim_order))
+    FROM unnest(ARRAY(SELECT a.id FROM admitted a ORDER BY a.claim_order))
          WITH ORDINALITY AS o(id, claim_order)
     WHERE j.id = o.id AND j.status = (SELECT 'queued'::text)
     RETURNING j.id, j.task_name, j.attempt, j.max_attempts, j.trigger, j.args, j.kwargs,
               j.queue, j.tenant, j.priority, j.headers, j.lock_key, j.unique_key,
-              j.schedule_name, j.scheduled_for, j.parent_id, j.correlation_id, j.run_at, o.claim_order
+              j.schedule_name, j.scheduled_for, j.parent_id, j.correlation_id, j.run_at, o.claim_order,
+              j.concurrency_key
 )
 -- Rows come back in the order they should start (UPDATE ... RETURNING has none), in the
 -- order of pgtasks.context.CLAIM_COLUMNS (the worker reads them by position), then the
--- job's run-at as Unix seconds (due: the worker's wait-time metric) and tenant_share.
+-- job's run-at as Unix seconds (due: the worker's wait-time metric), tenant_share, and
+-- keyed: whether the job holds a concurrency slot (its end frees one, a reason to claim).
 SELECT c.id, c.task_name, c.attempt, c.max_attempts, c.trigger, c.args, c.kwargs, c.queue,
        c.tenant, c.priority, c.headers, c.lock_key, c.unique_key, c.schedule_name,
        c.scheduled_for, c.parent_id, c.correlation_id, extract(epoch FROM c.run_at)::float8 AS due,
-       (SELECT s.share FROM share s) AS tenant_share
+       (SELECT s.share FROM share s) AS tenant_share, c.concurrency_key IS NOT NULL AS keyed
 FROM claimed c
 ORDER BY c.claim_order;
 
@@ -454,11 +674,12 @@ ORDER BY c.claim_order;
 -- Claim the named jobs for an idle worker (their ids came with the enqueue notifications):
 -- the rules of job_claim_batch (one of %(queues)s, due, lock key not running elsewhere, at
 -- most one job per lock key, priority order, only %(tasks)s unless NULL), but each job
--- found by its primary key.
+-- found by its primary key; concurrency and rate limits as job_claim_batch.
 -- The expected status is a run-time value here too, so only the primary key can find the
 -- ids, whatever the statistics say (see job_claim_batch's write).
 WITH candidates AS (
-    SELECT j.id, j.priority, j.run_at, j.lock_key
+    SELECT j.id, j.priority, j.run_at, j.lock_key, j.concurrency_key, j.concurrency_limit,
+           j.rate_key, j.rate_limit, j.rate_period
     FROM pgtasks.jobs j
     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = (SELECT 'queued'::text)
       AND j.queue = ANY(%(queues)s::text[])
@@ -468,35 +689,139 @@ WITH candidates AS (
             SELECT 1 FROM pgtasks.jobs r
             WHERE r.lock_key = j.lock_key AND r.status = 'running')
           AND pg_try_advisory_xact_lock(1885828211, hashtext(j.lock_key))))  -- see job_claim_batch
+      AND (j.concurrency_key IS NULL OR NOT EXISTS (  -- as job_claim_batch
+            SELECT 1 FROM pgtasks.concurrency_keys k
+            WHERE k.key = j.concurrency_key AND k.running >= j.concurrency_limit
+              AND NOT EXISTS (SELECT 1 FROM pgtasks.concurrency_releases x WHERE x.key = k.key)))
+      AND (j.rate_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM pgtasks.rate_windows w
+            WHERE w.key = j.rate_key AND w.taken >= j.rate_limit
+              AND w.window_start + make_interval(secs => w.period)
+                  > coalesce(%(now)s::timestamptz, clock_timestamp())))
     FOR UPDATE SKIP LOCKED
 ),
 picked AS (
-    SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS claim_order
-    FROM candidates c
-    WHERE c.lock_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM candidates d
-        WHERE d.lock_key = c.lock_key
-          AND (d.priority > c.priority
-               OR (d.priority = c.priority AND (d.run_at, d.id) < (c.run_at, c.id))))
+    -- Of a concurrency or rate key, no more jobs than its limit (as job_claim_batch).
+    SELECT r.id, r.concurrency_key, r.concurrency_limit, r.rate_key, r.rate_limit, r.rate_period,
+           row_number() OVER (ORDER BY r.priority DESC, r.run_at, r.id) AS claim_order
+    FROM (SELECT c.*,
+                 row_number() OVER (PARTITION BY c.concurrency_key
+                                    ORDER BY c.priority DESC, c.run_at, c.id) AS key_rank,
+                 row_number() OVER (PARTITION BY c.rate_key
+                                    ORDER BY c.priority DESC, c.run_at, c.id) AS rate_rank
+          FROM candidates c
+          WHERE c.lock_key IS NULL OR NOT EXISTS (
+              SELECT 1 FROM candidates d
+              WHERE d.lock_key = c.lock_key
+                AND (d.priority > c.priority
+                     OR (d.priority = c.priority AND (d.run_at, d.id) < (c.run_at, c.id))))) r
+    WHERE (r.concurrency_key IS NULL OR r.key_rank <= r.concurrency_limit)
+      AND (r.rate_key IS NULL OR r.rate_rank <= r.rate_limit)
 ),
+-- Rate windows and concurrency slots, taken as job_claim_batch takes them (see there).
+rate_wanted AS (
+    SELECT p.rate_key AS key, count(*)::int AS n, min(p.rate_limit) AS lim,
+           min(p.rate_period) AS period
+    FROM picked p WHERE p.rate_key IS NOT NULL GROUP BY p.rate_key
+),
+clock AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS t),
+rate_fresh AS (
+    INSERT INTO pgtasks.rate_windows (key, lim, period, window_start, taken, granted)
+    SELECT w.key, w.lim, w.period, k.t, least(w.n, w.lim), least(w.n, w.lim)
+    FROM rate_wanted w CROSS JOIN clock k
+    ORDER BY w.key
+    ON CONFLICT (key) DO NOTHING
+    RETURNING key, granted
+),
+rate_held AS (
+    SELECT w.key FROM pgtasks.rate_windows w
+    WHERE w.key = ANY(ARRAY(SELECT x.key FROM rate_wanted x))
+    FOR UPDATE SKIP LOCKED
+),
+rate_taken AS (
+    UPDATE pgtasks.rate_windows w
+    SET granted = CASE WHEN w.window_start + make_interval(secs => w.period) > k.t
+                       THEN least(x.n, greatest(0, x.lim - w.taken)) ELSE least(x.n, x.lim) END,
+        taken = CASE WHEN w.window_start + make_interval(secs => w.period) > k.t
+                     THEN w.taken + least(x.n, greatest(0, x.lim - w.taken)) ELSE least(x.n, x.lim) END,
+        window_start = CASE WHEN w.window_start + make_interval(secs => w.period) > k.t
+                            THEN w.window_start ELSE k.t END,
+        period = CASE WHEN w.window_start + make_interval(secs => w.period) > k.t
+                      THEN w.period ELSE x.period END,
+        lim = x.lim
+    FROM rate_wanted x CROSS JOIN clock k
+    WHERE w.key = ANY(ARRAY(SELECT h.key FROM rate_held h)) AND x.key = w.key
+    RETURNING w.key, w.granted
+),
+passed AS (
+    SELECT p.id, p.concurrency_key, p.concurrency_limit, p.claim_order
+    FROM (SELECT p.*, row_number() OVER (PARTITION BY p.rate_key ORDER BY p.claim_order) AS n
+          FROM picked p) p
+    WHERE p.rate_key IS NULL OR p.n <= coalesce(
+        (SELECT g.granted FROM rate_fresh g WHERE g.key = p.rate_key),
+        (SELECT g.granted FROM rate_taken g WHERE g.key = p.rate_key), 0)
+),
+slots_wanted AS (
+    SELECT p.concurrency_key AS key, count(*)::int AS n, min(p.concurrency_limit) AS lim
+    FROM passed p WHERE p.concurrency_key IS NOT NULL GROUP BY p.concurrency_key
+),
+slots_fresh AS (
+    INSERT INTO pgtasks.concurrency_keys (key, running, granted)
+    SELECT w.key, least(w.n, w.lim), least(w.n, w.lim) FROM slots_wanted w
+    ORDER BY w.key
+    ON CONFLICT (key) DO NOTHING
+    RETURNING key, granted
+),
+slots_held AS (
+    SELECT k.key FROM pgtasks.concurrency_keys k
+    WHERE k.key = ANY(ARRAY(SELECT w.key FROM slots_wanted w))
+    FOR UPDATE SKIP LOCKED
+),
+slots_returned AS (
+    DELETE FROM pgtasks.concurrency_releases r
+    WHERE r.key = ANY(ARRAY(SELECT h.key FROM slots_held h))
+    RETURNING r.key
+),
+slots_taken AS (
+    UPDATE pgtasks.concurrency_keys k
+    SET granted = least(x.n, greatest(0, x.lim - greatest(0, k.running - x.back))),
+        running = greatest(0, k.running - x.back)
+                  + least(x.n, greatest(0, x.lim - greatest(0, k.running - x.back)))
+    FROM (SELECT w.key, w.n, w.lim,
+                 (SELECT count(*) FROM slots_returned r WHERE r.key = w.key)::int AS back
+          FROM slots_wanted w) x
+    WHERE k.key = ANY(ARRAY(SELECT h.key FROM slots_held h)) AND x.key = k.key
+    RETURNING k.key, k.granted
+),
+admitted AS (
+    SELECT p.id, p.claim_order
+    FROM (SELECT p.*, row_number() OVER (PARTITION BY p.concurrency_key ORDER BY p.claim_order) AS n
+          FROM passed p) p
+    WHERE p.concurrency_key IS NULL OR p.n <= coalesce(
+        (SELECT g.granted FROM slots_fresh g WHERE g.key = p.concurrency_key),
+        (SELECT g.granted FROM slots_taken g WHERE g.key = p.concurrency_key), 0)
+),
+
 claimed AS (
     -- Written as job_claim_batch writes, for the same reasons (see there; and for started_at).
     UPDATE pgtasks.jobs j
     SET status = 'running', attempt = j.attempt + 1, worker_id = %(worker_id)s,
         started_at = NULL,
         heartbeat_at = coalesce(%(now)s::timestamptz, clock_timestamp())
-    FROM unnest(ARRAY(SELECT p.id FROM picked p ORDER BY p.claim_order))
+    FROM unnest(ARRAY(SELECT a.id FROM admitted a ORDER BY a.claim_order))
          WITH ORDINALITY AS o(id, claim_order)
     WHERE j.id = o.id AND j.status = (SELECT 'queued'::text)
     RETURNING j.id, j.task_name, j.attempt, j.max_attempts, j.trigger, j.args, j.kwargs,
               j.queue, j.tenant, j.priority, j.headers, j.lock_key, j.unique_key,
-              j.schedule_name, j.scheduled_for, j.parent_id, j.correlation_id, j.run_at, o.claim_order
+              j.schedule_name, j.scheduled_for, j.parent_id, j.correlation_id, j.run_at, o.claim_order,
+              j.concurrency_key
 )
 -- In the order of pgtasks.context.CLAIM_COLUMNS (the worker reads them by position), then
--- due as job_claim_batch.
+-- due, tenant_share (none here) and keyed as job_claim_batch.
 SELECT c.id, c.task_name, c.attempt, c.max_attempts, c.trigger, c.args, c.kwargs, c.queue,
        c.tenant, c.priority, c.headers, c.lock_key, c.unique_key, c.schedule_name,
-       c.scheduled_for, c.parent_id, c.correlation_id, extract(epoch FROM c.run_at)::float8 AS due
+       c.scheduled_for, c.parent_id, c.correlation_id, extract(epoch FROM c.run_at)::float8 AS due,
+       NULL::integer AS tenant_share, c.concurrency_key IS NOT NULL AS keyed
 FROM claimed c
 ORDER BY c.claim_order;
 
@@ -510,6 +835,8 @@ ORDER BY c.claim_order;
 -- (many tenants or priorities) it falls back to the aggregate over every queued entry.
 -- Only jobs of %(tasks)s unless NULL (the claim's filter): an idle worker is not woken for
 -- jobs it leaves to others; each probe then passes over their entries (a row read each).
+-- opens_at: the earliest end of a full rate window that queued jobs of these queues wait
+-- on (pgtasks.rate_windows: one row per rate key), or NULL; the worker wakes then.
 WITH RECURSIVE groups AS (
     SELECT f.queue, f.tenant, f.priority, f.run_at, 1 AS n
     FROM unnest(%(queues)s::text[]) AS q(queue)
@@ -549,7 +876,14 @@ SELECT CASE WHEN max(g.n) >= %(max_groups)s
                   WHERE j.status = 'queued' AND j.queue = ANY(%(queues)s::text[])
                     AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[])))
             ELSE min(g.run_at) END AS run_at,
-       coalesce(%(now)s::timestamptz, now()) AS now
+       coalesce(%(now)s::timestamptz, now()) AS now,
+       (SELECT min(w.window_start + make_interval(secs => w.period))
+        FROM pgtasks.rate_windows w
+        WHERE w.taken >= w.lim
+          AND w.window_start + make_interval(secs => w.period) > coalesce(%(now)s::timestamptz, now())
+          AND EXISTS (SELECT 1 FROM pgtasks.jobs j
+                      WHERE j.status = 'queued' AND j.rate_key = w.key
+                        AND j.queue = ANY(%(queues)s::text[]))) AS opens_at
 FROM groups g;
 
 -- name: job_succeed_batch
@@ -1089,7 +1423,8 @@ SELECT t::text AS table_name FROM pgtasks.rls_grant_tenant_role(%(role)s) AS t;
 
 -- name: rls_tenant_role_missing
 -- What a tenant-facing role lacks of what rls_grant_tenant_role gives (USAGE on the
--- schemas and sequences, SELECT, INSERT and UPDATE on the tenant tables): a GRANT by a
+-- schemas and sequences, SELECT, INSERT and UPDATE on the tenant tables, SELECT only on
+-- pgtasks.tenant_weights): a GRANT by a
 -- role that may not grant changes nothing and only warns, so the grant checks after it.
 SELECT n.nspname::text AS object
 FROM pg_catalog.pg_namespace n
@@ -1105,8 +1440,10 @@ UNION ALL
 SELECT t::text
 FROM pgtasks.tenant_tables() AS t
 WHERE NOT (has_table_privilege(%(role)s, t, 'SELECT')
-           AND has_table_privilege(%(role)s, t, 'INSERT')
-           AND has_table_privilege(%(role)s, t, 'UPDATE'))
+           -- Tenant weights (migration 0008): read only; the operator sets them.
+           AND (t = to_regclass('pgtasks.tenant_weights')
+                OR (has_table_privilege(%(role)s, t, 'INSERT')
+                    AND has_table_privilege(%(role)s, t, 'UPDATE'))))
 ORDER BY 1;
 
 -- name: rls_sees_every_row
@@ -1438,3 +1775,26 @@ CROSS JOIN LATERAL (
     WHERE j.worker_id = w.id AND j.status = 'running'
       AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)) c
 ORDER BY w.host, w.started_at;
+
+-- ======================================================================
+-- Flow control: tenant weights (migration 0008, docs/flow-control.md)
+-- ======================================================================
+
+-- name: tenant_weight_set
+-- Set a tenant's weight for the fair claim in %(queue)s ('' for every queue without a row
+-- of its own); claims read it at once.
+INSERT INTO pgtasks.tenant_weights (queue, tenant, weight)
+VALUES (%(queue)s, %(tenant)s, %(weight)s::float8)
+ON CONFLICT (queue, tenant) DO UPDATE SET weight = EXCLUDED.weight
+RETURNING queue, tenant, weight;
+
+-- name: tenant_weight_delete
+-- Drop a tenant's weight in %(queue)s (the tenant weighs 1 there again, or its '' row's weight).
+DELETE FROM pgtasks.tenant_weights WHERE queue = %(queue)s AND tenant = %(tenant)s
+RETURNING queue, tenant, weight;
+
+-- name: tenant_weight_list
+-- Every weight set, by queue then tenant; with %(tenant)s only that tenant's.
+SELECT queue, tenant, weight FROM pgtasks.tenant_weights
+WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s
+ORDER BY queue, tenant;

@@ -79,6 +79,9 @@ UNKNOWN_TASK_DEFER = 60.0  # seconds a job of an unknown task waits before anoth
 # reads every queued entry instead: two index probes per group cost about as much as
 # reading a few hundred entries, and a queue with more groups than this is rarely idle.
 NEXT_RUN_AT_MAX_GROUPS = 100
+# Seconds past the end of a full rate window before an idle worker claims again (the
+# database and the worker round the instant differently).
+RATE_WINDOW_SLACK = 0.005
 # Seconds before claiming again after a transient failure: the first retry, and the cap of
 # its doubling while the failures last (a server that is really down).
 CLAIM_RETRY_FIRST = 0.05
@@ -88,6 +91,7 @@ _TENANT = CLAIM_COLUMNS.index("tenant")
 _QUEUE = CLAIM_COLUMNS.index("queue")
 _DUE = len(CLAIM_COLUMNS)  # the claims' run-at (Unix seconds), after the claim columns
 _SHARE = _DUE + 1  # job_claim_batch's tenant_share, after that
+_KEYED = _SHARE + 1  # whether the job holds a concurrency slot (both claims), after that
 
 
 def _level_name(level: int) -> str:
@@ -155,6 +159,11 @@ class Worker:
         # or with no job held, first the question whether any job is due).
         self._hints = WakeHints(self.config.queues, max_ids=self.config.capacity)
         self._full_claim_at = 0.0
+        # When the next full rate window that due jobs wait on ends (job_next_run_at).
+        self._opens_at: Any = None
+        # Held jobs that hold a slot of a concurrency key: their end frees it, a reason
+        # to claim (the key's next job may be waiting). Only single set operations.
+        self._keyed: set[int] = set()
         # The last full claim saw every tenant with due jobs and still came back short:
         # nothing more to claim until a notification, the poll, or a freed lock key.
         self._drained = False
@@ -498,13 +507,15 @@ class Worker:
 
     def _next_run_at(self) -> tuple[Any, Any]:
         """(earliest run-at of a queued job in our queues or None, database now);
-        (None, None) when the database could not answer."""
+        (None, None) when the database could not answer. Also notes when the next full
+        rate window that queued jobs wait on opens (`_idle_wait` wakes then)."""
         try:
-            return self.jobs.next_run_at(
+            run_at, now, self._opens_at = self.jobs.next_wake(
                 queues=self._queues, tasks=self._tasks, max_groups=NEXT_RUN_AT_MAX_GROUPS
             )
         except DatabaseError:
             return None, None
+        return run_at, now
 
     def _idle_wait(self, next_run_at: Any, now: Any) -> float:
         """Seconds to sleep after a claim that found less than it asked for.
@@ -518,6 +529,9 @@ class Worker:
             until = (next_run_at - now).total_seconds()
             if until > 0:
                 wait = min(wait, until)
+        if self._opens_at is not None and now is not None:
+            # Due jobs wait on a full rate window: claim again as it ends, not a poll later.
+            wait = min(wait, max(0.0, (self._opens_at - now).total_seconds()) + RATE_WINDOW_SLACK)
         return wait
 
     def _on_listener_reconnected(self) -> None:
@@ -566,6 +580,8 @@ class Worker:
         request = request_from_claim(row, self.id)
         held = HeldJob(task=task, request=request)
         held.due = row[_DUE]
+        if row[_KEYED]:
+            self._keyed.add(held.id)
         if task is None:
             self._unknown_task(held)
             return
@@ -786,6 +802,11 @@ class Worker:
         drained queue, a claim would find nothing: new jobs come with a
         notification, future ones by the poll deadline.
         """
+        if held.id in self._keyed:
+            if isinstance(outcome, Success):  # its slot is free once written: _on_written wakes
+                return not self._drained or self.config.burst
+            self._keyed.discard(held.id)
+            return True
         if not self._drained or self.config.burst:
             return True
         return held.request.lock_key is not None and not isinstance(outcome, Success)
@@ -806,7 +827,11 @@ class Worker:
     def _on_written(self, done: list[Completion], lost: set[int]) -> None:
         """After a success batch committed (the completer's thread): their lock keys
         are free, so the keys' next jobs may be claimed now."""
-        if any(c.lock_key is not None for c in done):
+        keyed = self._keyed
+        freed = [c.job_id for c in done if c.job_id in keyed] if keyed else []
+        for job_id in freed:
+            keyed.discard(job_id)
+        if freed or any(c.lock_key is not None for c in done):
             self._wake.set()
 
     # -- what a running task can ask (JobRuntime) ------------------------------------

@@ -276,6 +276,20 @@ def make_app(dsn: str | None = None) -> pgtasks.App:
     def pid() -> int:
         return os.getpid()
 
+    # Flow control (tests/test_flow_control.py): the ledger's note is the job's key.
+    @app.task(name="w.keyed", bind=True, max_retries=0, concurrency_key="key", concurrency_limit=3)
+    def keyed(self: TaskContext, key: str, delay: float = 0.0) -> str:
+        entry = ledger_start(self, key)
+        if delay:
+            time.sleep(delay)
+        ledger_finish(self, entry)
+        return key
+
+    @app.task(name="w.rated", bind=True, max_retries=0, rate_limit="5/s")
+    def rated(self: TaskContext, n: int = 0) -> int:
+        ledger_finish(self, ledger_start(self))
+        return n
+
     return app
 
 

@@ -1,0 +1,293 @@
+"""Flow control in the claim (docs/flow-control.md), proven with real worker processes.
+
+Concurrency keys: at most N running jobs per key across the fleet, with no overshoot
+under concurrent claims; the side ledger the tasks write (`apps.worker_app`) holds each
+attempt's start and end on the database clock, so overlaps are counted independently
+of pgtasks' own counters. Rate limits: starts per window, and a job over the limit
+starts when its window ends, not a poll interval later. Tenant weights: completed
+shares follow the weights. Explain: each new reason in the situation that produces it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from apps.worker_app import one, rows, workers
+from helpers import eventually
+
+import pgtasks
+from pgtasks.errors import ConfigurationError
+from pgtasks.records import ReasonCode
+
+# The most jobs of one key whose ledger intervals overlap one job's start (itself included).
+OVERLAP = """
+SELECT coalesce(max(n), 0) FROM (
+    SELECT a.id, count(*) AS n
+    FROM public.ledger a
+    JOIN public.ledger b ON b.note = a.note AND b.started_at <= a.started_at
+        AND coalesce(b.finished_at, 'infinity') > a.started_at
+    GROUP BY a.id) x
+"""
+
+
+def _fleet(n: int = 3, *extra: str) -> list[list[str]]:
+    return [["-c", "4", "--burst", "--poll-interval", "0.5", *extra] for _ in range(n)]
+
+
+# -- concurrency keys ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_three_workers_never_run_more_than_three_jobs_of_a_key(
+    client: pgtasks.App, conn: psycopg.Connection[Any], wdsn: str, tmp_path: Path
+) -> None:
+    """1,000 jobs over 50 keys, limit 3, enqueued key by key (so a claim would like to take a
+    dozen jobs of one key at once): the ledger never shows four of a key at once."""
+    keyed = client.tasks["w.keyed"]
+    ids = [r.id for r in keyed.delay_many([(f"k{i // 20:02d}", 0.01) for i in range(1000)])]
+    assert len(ids) == 1000
+    with workers(wdsn, tmp_path, *_fleet()) as ws:
+        codes = [w.wait(180) for w in ws]
+    assert codes == [0, 0, 0], [w.log()[-2000:] for w in ws]
+    assert rows(conn, "SELECT status, count(*) FROM pgtasks.jobs GROUP BY status") == [("succeeded", 1000)]
+    assert one(conn, "SELECT count(DISTINCT job_id) FROM public.ledger WHERE finished_at IS NOT NULL") == 1000
+    overlap = one(conn, OVERLAP)
+    assert overlap <= 3, f"{overlap} jobs of one key ran at once"
+    assert overlap == 3, "the limit was never reached: the test proves nothing"
+    # Every slot was given back: the counters, less the slots waiting to be folded in, are 0.
+    assert (
+        one(
+            conn,
+            "SELECT coalesce(sum(running), 0) - (SELECT count(*) FROM pgtasks.concurrency_releases)"
+            " FROM pgtasks.concurrency_keys",
+        )
+        == 0
+    )
+
+
+@pytest.mark.slow
+def test_a_limit_of_one_runs_the_jobs_of_a_key_one_at_a_time(
+    client: pgtasks.App, conn: psycopg.Connection[Any], wdsn: str, tmp_path: Path
+) -> None:
+    """N = 1, given per enqueue (over the task's 3), on 3 keys: never two of a key at once,
+    and the keys run side by side (the backlog of a busy key does not block the others)."""
+    keyed = client.tasks["w.keyed"]
+    for i in range(60):
+        keyed.apply_async((f"one{i % 3}", 0.02), concurrency_key=f"key=one{i % 3}", concurrency_limit=1)
+    with workers(wdsn, tmp_path, *_fleet()) as ws:
+        codes = [w.wait(120) for w in ws]
+    assert codes == [0, 0, 0], [w.log()[-2000:] for w in ws]
+    assert one(conn, "SELECT count(*) FROM pgtasks.jobs WHERE status = 'succeeded'") == 60
+    assert one(conn, OVERLAP) == 1
+    # Different keys overlapped: some job of one key started while another key's ran.
+    assert (
+        one(
+            conn,
+            "SELECT count(*) FROM public.ledger a JOIN public.ledger b ON b.note <> a.note"
+            " AND b.started_at <= a.started_at AND b.finished_at > a.started_at",
+        )
+        > 0
+    )
+
+
+# -- rate limits ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_rate_limit_of_5_per_second_starts_20_jobs_in_4_seconds(
+    client: pgtasks.App, conn: psycopg.Connection[Any], wdsn: str, tmp_path: Path
+) -> None:
+    client.tasks["w.rated"].delay_many(list(range(200)))
+    with workers(wdsn, tmp_path, *(["-c", "4", "--poll-interval", "1"] for _ in range(3))):
+        eventually(lambda: one(conn, "SELECT count(*) FROM public.ledger") >= 1, timeout=20)
+        first = one(conn, "SELECT min(started_at) FROM public.ledger")
+        eventually(
+            lambda: one(conn, "SELECT clock_timestamp()") > first + dt.timedelta(seconds=4.5), timeout=20
+        )
+    starts = one(
+        conn,
+        "SELECT count(*) FROM public.ledger WHERE started_at < %s",
+        (first + dt.timedelta(seconds=4),),
+    )
+    assert 19 <= starts <= 21, f"{starts} starts in 4 s at 5/s"
+    # Per window of the rate key, never more than 5 starts.
+    windows = rows(
+        conn,
+        "SELECT floor(extract(epoch FROM started_at - %s))::int AS w, count(*) FROM public.ledger"
+        " GROUP BY 1 ORDER BY 1",
+        (first,),
+    )
+    assert max(n for _, n in windows) <= 5 + 1, windows  # +1: a window's edge vs a whole second
+    assert one(conn, "SELECT max(taken) FROM pgtasks.rate_windows") <= 5
+
+
+@pytest.mark.slow
+def test_a_job_over_the_rate_waits_and_starts_when_the_window_opens(
+    client: pgtasks.App, conn: psycopg.Connection[Any], wdsn: str, tmp_path: Path
+) -> None:
+    """One start per 2 s; the workers poll every 30 s: the second job starts about 2 s after
+    the first (the worker sleeps until the window ends), not a poll interval later."""
+    rated = client.tasks["w.rated"]
+    first, second = (rated.apply_async((n,), rate_limit="1/2s", rate_limit_key="slow") for n in (1, 2))
+    with workers(wdsn, tmp_path, ["-c", "2", "--poll-interval", "30"]):
+        eventually(lambda: one(conn, "SELECT count(*) FROM public.ledger") >= 1, timeout=20)
+        time.sleep(0.3)
+        assert client.AsyncResult(second.id).status == "queued"  # waiting, not failed
+        reasons = client.explain(second.id).reasons
+        assert reasons[0].code == ReasonCode.RATE_LIMITED, reasons
+        assert "rate-limited until" in reasons[0].message
+        eventually(lambda: one(conn, "SELECT count(*) FROM public.ledger") == 2, timeout=10)
+    gap = one(conn, "SELECT extract(epoch FROM max(started_at) - min(started_at)) FROM public.ledger")
+    assert 1.9 <= gap <= 4.0, f"the second job started {gap:.2f}s after the first"
+    assert first.get(timeout=5) == 1 and second.get(timeout=5) == 2
+
+
+# -- tenant weights ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_weights_1_to_3_give_completed_shares_near_1_to_3(
+    client: pgtasks.App, conn: psycopg.Connection[Any], wdsn: str, tmp_path: Path
+) -> None:
+    record = client.tasks["w.record"]
+    for tenant in ("light", "heavy"):
+        record.delay_many([(i, 0.005) for i in range(600)], tenant=tenant)
+    client.set_tenant_weight("heavy", 3)
+    with workers(wdsn, tmp_path, *(["-c", "2", "--poll-interval", "0.5"] for _ in range(2))):
+        eventually(lambda: one(conn, "SELECT count(*) FROM public.ledger") >= 400, timeout=60)
+    done = dict(
+        rows(
+            conn,
+            "SELECT j.tenant, count(*) FROM (SELECT job_id FROM public.ledger ORDER BY id LIMIT 400) l"
+            " JOIN pgtasks.jobs j ON j.id = l.job_id GROUP BY j.tenant",
+        )
+    )
+    share = done["heavy"] / 400
+    assert 0.68 <= share <= 0.82, f"heavy got {share:.2f} of the first 400 starts (weights 1:3)"
+
+
+@pytest.mark.slow
+def test_a_lone_weighted_tenant_gets_every_slot(
+    client: pgtasks.App, conn: psycopg.Connection[Any], wdsn: str, tmp_path: Path
+) -> None:
+    """Work-conserving: a tenant of weight 0.1 alone in its queue runs as fast as it can."""
+    client.set_tenant_weight("small", 0.1)
+    client.tasks["w.record"].delay_many([(i, 0.0) for i in range(300)], tenant="small")
+    with workers(wdsn, tmp_path, ["-c", "4", "--burst", "--poll-interval", "5"]) as (w,):
+        assert w.wait(60) == 0, w.log()[-2000:]
+    assert one(conn, "SELECT count(*) FROM pgtasks.jobs WHERE status = 'succeeded'") == 300
+    # No idle gap: a burst worker that waited for a poll between claims would take 5 s.
+    span = one(conn, "SELECT extract(epoch FROM max(started_at) - min(started_at)) FROM public.ledger")
+    assert span < 4.5, f"300 jobs took {span:.1f}s"
+
+
+def test_weights_are_set_listed_and_dropped(app: pgtasks.App) -> None:
+    app.set_tenant_weight("acme", 3)
+    app.set_tenant_weight("acme", 0.5, queue="mail")
+    weights = [(w.queue, w.tenant, w.weight) for w in app.tenant_weights()]
+    assert weights == [("", "acme", 3.0), ("mail", "acme", 0.5)]
+    app.set_tenant_weight("acme", None, queue="mail")
+    assert [w.queue for w in app.tenant_weights("acme")] == [""]
+    for bad in (0, -1, float("nan"), 2e6, "3", True):
+        with pytest.raises(ConfigurationError):
+            app.set_tenant_weight("acme", bad)  # type: ignore[arg-type]
+
+
+# -- explain ----------------------------------------------------------------------------------
+
+
+def test_explain_names_the_key_at_its_limit_and_its_running_jobs(app: pgtasks.App) -> None:
+    @app.task(name="f.agent", concurrency_key="agent", concurrency_limit=1)
+    def agent_job(agent: str) -> None: ...
+
+    first = agent_job.delay("host-1")
+    second = agent_job.delay("host-1")
+    other = agent_job.delay("host-2")
+    claimed = app.stores.jobs.claim_batch(
+        queues="{default}", worker_id="w1", limit=10, max_tenants=10, fair=True
+    )
+    assert sorted(r[0] for r in claimed) == sorted([first.id, other.id])  # one per key
+    reasons = app.explain(second.id).reasons
+    assert reasons[0].code == ReasonCode.CONCURRENCY_LIMIT
+    assert f"(1 running: {first.id})" in reasons[0].message
+    assert reasons[0].details["running_ids"] == [first.id]
+
+
+def test_explain_names_a_tenant_over_its_share(app: pgtasks.App) -> None:
+    @app.task(name="f.plain")
+    def plain(n: int) -> None: ...
+
+    for n in range(4):
+        plain.apply_async((n,), tenant="big")
+    app.stores.jobs.claim_batch(queues="{default}", worker_id="w1", limit=3, max_tenants=10, fair=True)
+    waiting = plain.apply_async((9,), tenant="big")
+    plain.apply_async((1,), tenant="small")
+    reasons = {r.code: r for r in app.explain(waiting.id).reasons}
+    assert ReasonCode.OVER_SHARE in reasons, reasons
+    assert "its tenant 'big' over its share" in reasons[ReasonCode.OVER_SHARE].message
+
+
+# -- validation at the call site --------------------------------------------------------------
+
+
+def test_bad_flow_options_are_refused_where_they_are_given(app: pgtasks.App) -> None:
+    def fn(agent: str) -> None: ...
+
+    for options, match in (
+        ({"rate_limit": "10/x"}, "rate_limit"),
+        ({"rate_limit": "fast"}, "rate_limit"),
+        ({"rate_limit": "0/s"}, "rate_limit"),
+        ({"concurrency_key": "agent", "concurrency_limit": 0}, "concurrency_limit"),
+        ({"concurrency_key": "agent"}, "go together"),
+        ({"concurrency_key": "nope", "concurrency_limit": 1}, "names no argument"),
+        ({"rate_limit_key": "agent"}, "needs a rate_limit"),
+        ({"cost": 0}, "cost"),
+    ):
+        with pytest.raises(ConfigurationError, match=match):
+            app.task(name=f"bad.{len(match)}", **options)(fn)
+    ok = app.task(name="f.ok", concurrency_key="agent", concurrency_limit=2, rate_limit="100/m")(fn)
+    with pytest.raises(ConfigurationError, match="bytes"):
+        ok.delay("x" * 5000)  # the key goes into an index
+    with pytest.raises(ConfigurationError, match="concurrency_limit"):
+        ok.apply_async(("a",), concurrency_limit=-1)
+    with pytest.raises(ConfigurationError, match="rate_limit"):
+        ok.apply_async(("a",), rate_limit="1/0s")
+    jobs = app.stores.jobs
+    assert jobs.claim_batch(queues="{default}", worker_id="w", limit=5, max_tenants=5, fair=True) == []
+
+
+def test_rates_parse_as_celery_writes_them() -> None:
+    from pgtasks.flow import Rate, parse_rate
+
+    assert parse_rate("r", "10/s") == Rate(10, 1.0)
+    assert parse_rate("r", "100/m") == Rate(100, 60.0)
+    assert parse_rate("r", "1000/h") == Rate(1000, 3600.0)
+    assert parse_rate("r", "5/10s") == Rate(5, 10.0)
+    assert parse_rate("r", 7) == Rate(7, 1.0)
+    assert parse_rate("r", " 3 ") == Rate(3, 1.0)
+
+
+def test_flow_columns_reach_the_row(app: pgtasks.App, conn: psycopg.Connection[Any]) -> None:
+    @app.task(name="f.cols", concurrency_key=pgtasks.TENANT, concurrency_limit=2, rate_limit="3/m", cost=2.5)
+    def cols(n: int) -> None: ...
+
+    one_job = cols.apply_async((1,), tenant="acme")
+    batch = cols.delay_many([2, 3], tenant="beta")
+    app.queue_rate_limit("mail", "50/s")
+    mailed = app.task(name="f.mail", queue="mail")(lambda: None).delay()
+    found = rows(
+        conn,
+        "SELECT id, concurrency_key, concurrency_limit, rate_key, rate_limit, rate_period, cost"
+        " FROM pgtasks.jobs ORDER BY id",
+    )
+    assert found == [
+        (one_job.id, "tenant=acme", 2, "task=f.cols", 3, 60.0, 2.5),
+        (batch[0].id, "tenant=beta", 2, "task=f.cols", 3, 60.0, 2.5),
+        (batch[1].id, "tenant=beta", 2, "task=f.cols", 3, 60.0, 2.5),
+        (mailed.id, None, None, "queue=mail", 50, 1.0, 1.0),
+    ]
