@@ -291,3 +291,35 @@ def test_flow_columns_reach_the_row(app: pgtasks.App, conn: psycopg.Connection[A
         (batch[1].id, "tenant=beta", 2, "task=f.cols", 3, 60.0, 2.5),
         (mailed.id, None, None, "queue=mail", 50, 1.0, 1.0),
     ]
+
+
+def test_the_cli_sets_lists_and_drops_weights(app: pgtasks.App, dsn: str) -> None:
+    from click.testing import CliRunner
+
+    from pgtasks.cli import cli
+
+    def run(*args: str) -> str:
+        env = {"COLUMNS": "200", "PGTASKS_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        result = CliRunner().invoke(cli, ["--dsn", dsn, "tenants", *args], env=env, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert "tenant acme weighs 3" in run("weight", "acme", "3")
+    run("weight", "beta", "0.5", "--queue", "mail")
+    assert [(w.queue, w.tenant, w.weight) for w in app.tenant_weights()] == [
+        ("", "acme", 3.0),
+        ("mail", "beta", 0.5),
+    ]
+    import json
+
+    assert json.loads(run("weights", "--json")) == [
+        {"queue": None, "tenant": "acme", "weight": 3.0},
+        {"queue": "mail", "tenant": "beta", "weight": 0.5},
+    ]
+    assert "acme" in run("weights")
+    run("unweight", "acme")
+    assert [w.tenant for w in app.tenant_weights()] == ["beta"]
+    bad = CliRunner().invoke(
+        cli, ["--dsn", dsn, "tenants", "weight", "acme", "0"], env={"PGTASKS_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    )
+    assert isinstance(bad.exception, ConfigurationError) and "weight must be above 0" in str(bad.exception)

@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "dashboard": "pgtasks.cli.dashboard_cmd:dashboard_command",
     "check": "pgtasks.cli.check_cmd:check_command",
     "rls": "pgtasks.cli.rls_cmd:rls_group",
+    "tenants": "pgtasks.cli.tenants_cmd:tenants_group",
 }
 
 
