@@ -165,6 +165,22 @@ class JobSituation:
 
 
 @dataclass(frozen=True, slots=True)
+class Prerequisite:
+    """One prerequisite of a blocked job (``job_prerequisites``).
+
+    Attributes:
+        id: the prerequisite job. run_on: ``success`` or ``failure`` (what the
+            dependent needs of it). outcome: the status it ended with, recorded when
+            it finished (None: not yet). status: its status now (None: purged).
+    """
+
+    id: int
+    run_on: str
+    outcome: str | None
+    status: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class CancelRequest:
     """A held job someone asked to cancel (``terminate``: stop it even while it runs)."""
 
@@ -192,22 +208,6 @@ class QueueHealth:
         live_workers: workers serving the queue whose lease has not expired and that
             are not stopping.
     """
-@dataclass(frozen=True, slots=True)
-class Prerequisite:
-    """One prerequisite of a blocked job (``job_prerequisites``).
-
-    Attributes:
-        id: the prerequisite job. run_on: ``success`` or ``failure`` (what the
-            dependent needs of it). outcome: the status it ended with, recorded when
-            it finished (None: not yet). status: its status now (None: purged).
-    """
-
-    id: int
-    run_on: str
-    outcome: str | None
-    status: str | None
-
-
 
     queue: str
     due: int
