@@ -155,16 +155,6 @@ WHERE unique_key = %(unique_key)s AND status IN ('blocked', 'queued', 'running')
   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- ======================================================================
--- Jobs: read
--- ======================================================================
-
--- name: job_get
--- One job by id, every column. %(tenant)s NULL: any tenant's (the operator's view);
--- else only that tenant's, so another tenant's id reads as no job at all, by the same
--- primary-key lookup (the tenant is a filter on the one row found, not a second query).
-SELECT * FROM pgtasks.jobs WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
-
--- ======================================================================
 -- Jobs: dependencies (migration 0007)
 -- ======================================================================
 
@@ -195,6 +185,16 @@ FROM pgtasks.job_dependencies d
 LEFT JOIN pgtasks.jobs p ON p.id = d.prerequisite_id
 WHERE d.job_id = %(id)s AND (%(tenant)s::text IS NULL OR d.tenant = %(tenant)s)
 ORDER BY d.position;
+
+-- ======================================================================
+-- Jobs: read
+-- ======================================================================
+
+-- name: job_get
+-- One job by id, every column. %(tenant)s NULL: any tenant's (the operator's view);
+-- else only that tenant's, so another tenant's id reads as no job at all, by the same
+-- primary-key lookup (the tenant is a filter on the one row found, not a second query).
+SELECT * FROM pgtasks.jobs WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- name: job_status
 -- Status, result and error of one job (what AsyncResult polls); %(tenant)s as job_get.
