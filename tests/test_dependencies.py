@@ -117,9 +117,17 @@ def test_unblocking_wakes_an_idle_worker_without_polling(
 ) -> None:
     step = _t(dapp, "d.step")
     with dep_workers(wdsn, tmp_path, ["-c", "2", "--poll-interval", "30"]) as (w,):
+        listening = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND query LIKE '%LISTEN pgtasks_cancel%'"
+        )
+        eventually(lambda: one(conn, listening) == 1, timeout=20, message="the worker listens")
         worker_id_of(conn, w.pid)
         time.sleep(1.0)  # past the worker's first poll: from now on only a notification wakes it
-        first = step.apply_async(("first", 0.3))
+        # The prerequisite goes in by the bulk path (its wake-up names the queue, so the
+        # worker claims in full); the dependent's wake-up, sent by the completion of its
+        # prerequisite, names the job.
+        (first,) = step.delay_many([("first", 0.3)])
         then = step.apply_async(("then",), depends_on=[first])
         eventually(lambda: then.status == "succeeded", timeout=15, message="the dependent ran")
     first_end = _ledger(conn, first.id)[1]
@@ -376,3 +384,17 @@ def test_delay_many_and_asyncio_enqueue_take_depends_on(dapp: pgtasks.App, wdsn:
 async def _async_unknown(add: Any, dsn: str) -> None:
     async with await psycopg.AsyncConnection.connect(dsn) as aconn:
         await add.apply_async_async((1, 2), depends_on=[987654], connection=aconn)
+
+
+def test_a_long_chain_is_cancelled_in_one_completion(
+    dapp: pgtasks.App, conn: psycopg.Connection[Any]
+) -> None:
+    """The cascade is a loop in the database, not one nested trigger call per link: a chain
+    of 500 behind a failed head is cancelled by the head's completion."""
+    step, fail = _t(dapp, "d.step"), _t(dapp, "d.fail")
+    last = pgtasks.chain(fail.si("head"), *(step.si(f"s{i}") for i in range(500))).apply_async()
+    run_until_idle(dapp)
+    counts = dict(rows(conn, "SELECT status, count(*) FROM pgtasks.jobs GROUP BY status"))
+    assert counts == {"failed": 1, "cancelled": 500}
+    assert last.job().error["prerequisite_id"] == last.parent.id  # type: ignore[index]
+    assert one(conn, "SELECT count(*) FROM pgtasks.job_dependencies") == 0

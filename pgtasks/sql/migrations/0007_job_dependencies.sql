@@ -71,72 +71,93 @@ CREATE TABLE pgtasks.job_dependencies (
 CREATE INDEX job_dependencies_prerequisite_idx ON pgtasks.job_dependencies (prerequisite_id);
 
 -- The edges of prerequisite p_id, which just ended with p_status (and p_result): resolve
--- them and move their dependents on. Runs in the transaction that wrote the status.
+-- them and move their dependents on. Runs in the transaction that wrote the status. The
+-- dependents it cancels are followed in a loop here, not by the trigger of their own
+-- UPDATE (whose WHEN clause is false inside a trigger): a chain of any length is
+-- cancelled without one nested call per link (PostgreSQL's max_stack_depth).
 CREATE FUNCTION pgtasks.job_prerequisite_done(p_id bigint, p_status text, p_result jsonb)
 RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
+    todo bigint[] := ARRAY[p_id];
+    i integer := 1;
+    done_id bigint;
+    done_status text := p_status;
+    done_result jsonb := p_result;
     e record;
     met boolean;
     dep_id bigint;
     dep_status text;
     dep_queue text;
+    dep_has_dependents boolean;
 BEGIN
-    -- Dependents in id order, each locked before its edge is touched: completions that
-    -- share dependents take their locks in one order, and wait on the dependent's row,
-    -- never on an edge another completion deletes.
-    FOR e IN
-        SELECT x.job_id, x.run_on, x.on_failure
-        FROM pgtasks.job_dependencies x
-        WHERE x.prerequisite_id = p_id AND x.outcome IS NULL
-        ORDER BY x.job_id
-    LOOP
-        SELECT j.status INTO dep_status FROM pgtasks.jobs j WHERE j.id = e.job_id FOR NO KEY UPDATE;
-        UPDATE pgtasks.job_dependencies x
-        SET outcome = p_status,
-            result = CASE WHEN x.run_on = 'failure' THEN to_jsonb(p_id) ELSE p_result END
-        WHERE x.job_id = e.job_id AND x.prerequisite_id = p_id AND x.outcome IS NULL;
-        IF NOT FOUND THEN
-            CONTINUE;  -- deleted meanwhile: the dependent moved on
+    WHILE i <= cardinality(todo) LOOP
+        done_id := todo[i];
+        IF i > 1 THEN
+            done_status := 'cancelled';  -- a dependent cancelled below
+            done_result := NULL;
         END IF;
-        IF dep_status IS DISTINCT FROM 'blocked' THEN
-            -- Cancelled by hand, or purged: nothing waits any more.
-            DELETE FROM pgtasks.job_dependencies x WHERE x.job_id = e.job_id;
-            CONTINUE;
-        END IF;
-        met := CASE WHEN e.run_on = 'success' THEN p_status = 'succeeded'
-                    ELSE p_status IN ('failed', 'partial_failure') END;
-        dep_id := NULL;
-        dep_status := NULL;
-        IF NOT met AND e.on_failure = 'cancel' THEN
-            UPDATE pgtasks.jobs j
-            SET status = 'cancelled', finished_at = now(),
-                prerequisites_pending = greatest(j.prerequisites_pending - 1, 0),
-                error = jsonb_build_object(
-                    'type', 'DependencyFailed',
-                    'code', CASE WHEN e.run_on = 'success' THEN 'DEPENDENCY_FAILED'
-                                 ELSE 'DEPENDENCY_SUCCEEDED' END,
-                    'class', 'permanent',
-                    'message', 'prerequisite job ' || p_id || ' ended ' || p_status
-                        || CASE WHEN e.run_on = 'success' THEN ', not succeeded'
-                                ELSE '; this job was to run only if it failed (link_error)' END,
-                    'prerequisite_id', p_id, 'prerequisite_status', p_status)
-            WHERE j.id = e.job_id AND j.status = 'blocked'
-            RETURNING j.id, j.status INTO dep_id, dep_status;
-        ELSE
-            UPDATE pgtasks.jobs j
-            SET prerequisites_pending = j.prerequisites_pending - 1,
-                status = CASE WHEN j.prerequisites_pending = 1 THEN 'queued' ELSE 'blocked' END
-            WHERE j.id = e.job_id AND j.status = 'blocked' AND j.prerequisites_pending > 0
-            RETURNING j.id, j.status, j.queue INTO dep_id, dep_status, dep_queue;
-            IF dep_status = 'queued' THEN
-                PERFORM pgtasks.job_unblocked(dep_id, dep_queue);
+        i := i + 1;
+        -- Dependents in id order, each locked before its edge is touched: completions that
+        -- share dependents take their locks in one order, and wait on the dependent's row,
+        -- never on an edge another completion deletes.
+        FOR e IN
+            SELECT x.job_id, x.run_on, x.on_failure
+            FROM pgtasks.job_dependencies x
+            WHERE x.prerequisite_id = done_id AND x.outcome IS NULL
+            ORDER BY x.job_id
+        LOOP
+            SELECT j.status INTO dep_status FROM pgtasks.jobs j WHERE j.id = e.job_id FOR NO KEY UPDATE;
+            UPDATE pgtasks.job_dependencies x
+            SET outcome = done_status,
+                result = CASE WHEN x.run_on = 'failure' THEN to_jsonb(done_id) ELSE done_result END
+            WHERE x.job_id = e.job_id AND x.prerequisite_id = done_id AND x.outcome IS NULL;
+            IF NOT FOUND THEN
+                CONTINUE;  -- deleted meanwhile: the dependent moved on
             END IF;
-        END IF;
-        IF dep_status IS DISTINCT FROM 'blocked' THEN
-            -- The dependent moved on (or is gone, or no longer waits): its edges are done.
-            DELETE FROM pgtasks.job_dependencies x WHERE x.job_id = e.job_id;
-        END IF;
+            IF dep_status IS DISTINCT FROM 'blocked' THEN
+                -- Cancelled by hand, or purged: nothing waits any more.
+                DELETE FROM pgtasks.job_dependencies x WHERE x.job_id = e.job_id;
+                CONTINUE;
+            END IF;
+            met := CASE WHEN e.run_on = 'success' THEN done_status = 'succeeded'
+                        ELSE done_status IN ('failed', 'partial_failure') END;
+            dep_id := NULL;
+            dep_status := NULL;
+            dep_has_dependents := false;
+            IF NOT met AND e.on_failure = 'cancel' THEN
+                UPDATE pgtasks.jobs j
+                SET status = 'cancelled', finished_at = now(),
+                    prerequisites_pending = greatest(j.prerequisites_pending - 1, 0),
+                    error = jsonb_build_object(
+                        'type', 'DependencyFailed',
+                        'code', CASE WHEN e.run_on = 'success' THEN 'DEPENDENCY_FAILED'
+                                     ELSE 'DEPENDENCY_SUCCEEDED' END,
+                        'class', 'permanent',
+                        'message', 'prerequisite job ' || done_id || ' ended ' || done_status
+                            || CASE WHEN e.run_on = 'success' THEN ', not succeeded'
+                                    ELSE '; this job was to run only if it failed (link_error)' END,
+                        'prerequisite_id', done_id, 'prerequisite_status', done_status)
+                WHERE j.id = e.job_id AND j.status = 'blocked'
+                RETURNING j.id, j.status, j.has_dependents INTO dep_id, dep_status, dep_has_dependents;
+                IF dep_has_dependents THEN
+                    todo := todo || dep_id;
+                END IF;
+            ELSE
+                UPDATE pgtasks.jobs j
+                SET prerequisites_pending = j.prerequisites_pending - 1,
+                    status = CASE WHEN j.prerequisites_pending = 1 THEN 'queued' ELSE 'blocked' END
+                WHERE j.id = e.job_id AND j.status = 'blocked' AND j.prerequisites_pending > 0
+                RETURNING j.id, j.status, j.queue INTO dep_id, dep_status, dep_queue;
+                IF dep_status = 'queued' THEN
+                    PERFORM pgtasks.job_unblocked(dep_id, dep_queue);
+                END IF;
+            END IF;
+            IF dep_status IS DISTINCT FROM 'blocked' THEN
+                -- The dependent moved on (or is gone, or no longer waits): its edges are done.
+                DELETE FROM pgtasks.job_dependencies x WHERE x.job_id = e.job_id;
+            END IF;
+        END LOOP;
     END LOOP;
 END
 $$;
@@ -171,11 +192,15 @@ BEGIN
 END
 $$;
 
+-- Not inside another trigger (pg_trigger_depth): the cancels of job_prerequisite_done
+-- follow their own dependents in its loop. A status written by a trigger of the
+-- application's own tables would not move dependents on: write it with a statement.
 CREATE TRIGGER jobs_dependents_notify
     AFTER UPDATE OF status ON pgtasks.jobs
     FOR EACH ROW
     WHEN (NEW.has_dependents AND OLD.status IS DISTINCT FROM NEW.status
-          AND NEW.status IN ('succeeded', 'failed', 'cancelled', 'partial_failure'))
+          AND NEW.status IN ('succeeded', 'failed', 'cancelled', 'partial_failure')
+          AND pg_trigger_depth() = 0)
     EXECUTE FUNCTION pgtasks.jobs_dependents_trigger();
 
 -- Make job p_id (just inserted by this transaction, 'queued') wait for p_prerequisites
