@@ -104,6 +104,7 @@ class App:
                         self.settings.resolve_dsn(),
                         max_size=self.settings.pool_size,
                         prepare_threshold=self.settings.prepare_threshold,
+                        listen=self.settings.listen,
                     )
                     self._stores = Stores.over(database)
         return self._stores

@@ -137,7 +137,8 @@ class AsyncResult:
 
         Waits on a LISTEN connection for "jobs finished" notifications, re-checking
         the job on each one and at least once a second (NOTIFY only wakes), so it
-        never busy-polls. A lost connection is opened again, with a growing pause
+        never busy-polls (with ``Settings.listen`` off, behind a transaction
+        pooler, it only reads the job each second). A lost connection is opened again, with a growing pause
         (0.1 s up to 2 s), until ``timeout``: the wait survives a server restart and
         a failover to a promoted standby (a multi-host DSN with
         ``target_session_attrs=read-write``; docs/operations.md).
@@ -229,7 +230,8 @@ class AsyncResult:
         jobs = stores.jobs
         conn = await stores.database.connect_async()
         try:
-            await jobs.listen_done_async(conn=conn)
+            if stores.database.listen:
+                await jobs.listen_done_async(conn=conn)
             while True:
                 row = await jobs.status_async(id=self.id, conn=conn)
                 wait = self._wait_step(row, deadline)
@@ -305,7 +307,8 @@ class AsyncResult:
         stores = self.app.stores
         jobs = stores.jobs
         with stores.database.connect() as conn:
-            jobs.listen_done(conn=conn)
+            if stores.database.listen:
+                jobs.listen_done(conn=conn)
             while True:
                 row = jobs.status(id=self.id, conn=conn)
                 wait = self._wait_step(row, deadline)

@@ -267,6 +267,10 @@ class Settings:
             and ``show``, ``queues``, ``metrics``, the dashboard; ``PGTASKS_READ_DSN``),
             or None to read on ``dsn``. Writes never go there. A hot standby lags the
             primary by its replay delay: what it shows may be that much behind.
+        listen: whether pgtasks may ``LISTEN`` (default True; ``PGTASKS_LISTEN=off``
+            behind PgBouncer in transaction pooling): off, ``AsyncResult.get`` reads
+            the job each second instead, and ``pgtasks worker`` polls as with
+            ``--no-listen``.
         load_entry_points: whether plugins of the ``pgtasks`` entry-point group are
             loaded automatically (``PGTASKS_DISABLE_PLUGIN_AUTOLOAD=1`` turns it off).
         ocr_roots: absolute directories the OCR task (plugin ``pgtasks_ocr``) may read
@@ -286,6 +290,7 @@ class Settings:
     pool_size: int = 8
     prepare_threshold: int | None = 5
     read_dsn: str | None = None
+    listen: bool = True
     load_entry_points: bool = True
     ocr_roots: tuple[Path, ...] = ()
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
@@ -313,6 +318,7 @@ class Settings:
         check_int("pool_size", self.pool_size, 1, MAX_POOL_SIZE)
         if self.prepare_threshold is not None:
             check_int("prepare_threshold", self.prepare_threshold, 0, 2**31 - 1)
+        check_bool("listen", self.listen)
         check_bool("load_entry_points", self.load_entry_points)
         if not isinstance(self.ocr_roots, tuple):
             kind = type(self.ocr_roots).__name__
@@ -366,6 +372,11 @@ class Settings:
             values["retention"] = RetentionPolicy.from_env(env)
         if "prepare_threshold" not in overrides and env.get("PGTASKS_PREPARE_THRESHOLD", "").strip():
             values["prepare_threshold"] = _parse_prepare_threshold(env["PGTASKS_PREPARE_THRESHOLD"])
+        switch = env.get("PGTASKS_LISTEN", "").strip().lower()
+        if "listen" not in overrides and switch:
+            if switch not in _ON | _OFF:
+                raise ConfigurationError(f"PGTASKS_LISTEN must be on or off, got {short(switch)}")
+            values["listen"] = switch in _ON
         if "read_dsn" not in overrides and env.get("PGTASKS_READ_DSN", "").strip():
             values["read_dsn"] = env["PGTASKS_READ_DSN"]
         unknown = sorted(set(overrides) - set(cls.__dataclass_fields__))

@@ -2,10 +2,12 @@
 
 A private PostgreSQL (the primary of `cluster.primary_and_standby`, asynchronous)
 behind Debian's ``pgbouncer`` with ``pool_mode = transaction`` and
-``default_pool_size = 8``: two ``pgtasks worker --no-listen -c 32`` processes, 64 job
-threads and their pools, share 8 server connections. PgBouncer before 1.21 keeps no
-prepared statements across transactions, so every process runs with
-``PGTASKS_PREPARE_THRESHOLD=off`` (the documented setting). The scenarios of the
+``default_pool_size = 8``: two ``pgtasks worker -c 32`` processes, 64 job threads and
+their pools, share 8 server connections. Every process runs as docs/operations.md
+says for such a pooler: ``PGTASKS_LISTEN=off`` (a ``LISTEN`` would stay behind on a
+server connection; workers poll, ``AsyncResult.get`` reads each second) and, as
+PgBouncer before 1.21 keeps no prepared statements across transactions,
+``PGTASKS_PREPARE_THRESHOLD=off``. The scenarios of the
 fleet tests run through it: many jobs exactly once, retries, ``kill -9`` of a worker
 and recovery after the lease, cancel of a running job, and the scheduler firing.
 """
@@ -29,7 +31,8 @@ import pgtasks
 
 POOL = 8  # server connections PgBouncer opens to the database
 THREADS = 32  # job threads per worker process; two processes
-NO_PREPARE = {"PGTASKS_PREPARE_THRESHOLD": "off"}
+# What every process through the pooler sets: no prepared statements, no LISTEN.
+POOLED_ENV = {"PGTASKS_PREPARE_THRESHOLD": "off", "PGTASKS_LISTEN": "off"}
 START = datetime(2025, 6, 2, 12, 0, 30, tzinfo=UTC)
 
 
@@ -53,7 +56,7 @@ def pooled(bouncer: tuple[Server, PgBouncer]) -> Iterator[tuple[str, str, pgtask
     direct = primary.dsn(name)
     through = pooler.dsn(name)
     setup_ledger(direct)
-    app = make_app(through, prepare_threshold=None)
+    app = make_app(through, prepare_threshold=None, listen=False)
     app.migrate()
     yield direct, through, app
     app.close()
@@ -68,7 +71,20 @@ def one(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
 
 
 def worker_args(*extra: str) -> list[str]:
-    return ["worker", "--no-listen", "-c", str(THREADS), "--poll-interval", "0.2", *extra]
+    """A worker's command: it polls because of ``PGTASKS_LISTEN=off``, not a flag."""
+    return ["worker", "-c", str(THREADS), "--poll-interval", "0.2", *extra]
+
+
+def no_session_state_left(pooler: PgBouncer, direct: str) -> None:
+    """No ``LISTEN`` stayed behind on a server connection of the pooler: notifications
+    on pgtasks' channels, sent straight to the server while the pooler's server
+    connections are idle, reach none (PgBouncer logs each one it gets on an idle
+    server connection and drops: packet 'A')."""
+    with psycopg.connect(direct, autocommit=True) as conn:
+        for channel in ("pgtasks_done", "pgtasks_jobs", "pgtasks_cancel"):
+            conn.execute("SELECT pg_notify(%s, '1')", (channel,))
+    time.sleep(0.5)
+    assert "got packet 'A' from server when not linked" not in pooler.log.read_text(errors="replace")
 
 
 def server_connections(pooler: PgBouncer, dbname: str) -> int:
@@ -89,7 +105,7 @@ def test_64_job_threads_through_8_server_connections_run_every_job_once(
     failing = [app.tasks["ha.fail"].delay().id for _ in range(20)]
     most_servers = 0
     with (
-        processes(through, tmp_path, worker_args(), worker_args(), env=NO_PREPARE) as procs,
+        processes(through, tmp_path, worker_args(), worker_args(), env=POOLED_ENV) as procs,
         psycopg.connect(direct, autocommit=True) as conn,
     ):
 
@@ -125,6 +141,8 @@ def test_64_job_threads_through_8_server_connections_run_every_job_once(
     assert set(attempts) == {("failed", 3, 3)}
     assert pids == 2
     assert 0 < most_servers <= POOL, most_servers
+    assert app.AsyncResult(ids[-1]).get(timeout=30) == 1999
+    no_session_state_left(pooler, direct)
     for log in logs:
         assert "prepared statement" not in log, log[-3000:]
     print(f"{pooler.version}: 2,000 jobs on 2x{THREADS} threads through {most_servers} server connections")
@@ -132,7 +150,7 @@ def test_64_job_threads_through_8_server_connections_run_every_job_once(
 
 @pytest.mark.slow
 def test_kill_9_cancel_and_the_scheduler_through_pgbouncer(
-    pooled: tuple[str, str, pgtasks.App], tmp_path: Path
+    bouncer: tuple[Server, PgBouncer], pooled: tuple[str, str, pgtasks.App], tmp_path: Path
 ) -> None:
     """A worker killed with ``kill -9`` mid-job: its job runs again on the other worker
     after the lease. A running job is cancelled and sees it. A scheduler process fires
@@ -148,7 +166,7 @@ def test_kill_9_cancel_and_the_scheduler_through_pgbouncer(
             tmp_path,
             worker_args(*fast),
             ["scheduler", "--interval", "0.1", "--simulate-clock", clock],
-            env=NO_PREPARE,
+            env=POOLED_ENV,
         ) as (victim, scheduler),
         psycopg.connect(direct, autocommit=True) as conn,
     ):
@@ -163,7 +181,7 @@ def test_kill_9_cancel_and_the_scheduler_through_pgbouncer(
         eventually(lambda: runs_of(blocked) == [(1, victim.pid)], timeout=30, message="the job started")
         victim.proc.send_signal(signal.SIGKILL)
         victim.proc.wait(10)
-        with processes(through, tmp_path, worker_args(*fast), env=NO_PREPARE) as (survivor,):
+        with processes(through, tmp_path, worker_args(*fast), env=POOLED_ENV) as (survivor,):
             eventually(
                 lambda: [r[1] for r in runs_of(blocked)] == [victim.pid, survivor.pid],
                 timeout=30,
@@ -218,3 +236,4 @@ def test_kill_9_cancel_and_the_scheduler_through_pgbouncer(
         ).fetchall()
     assert status == "cancelled"
     assert doubled == []
+    no_session_state_left(bouncer[1], direct)

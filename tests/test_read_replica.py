@@ -148,7 +148,7 @@ def test_the_dashboard_reads_the_standby(databases: tuple[str, str], pair: tuple
         loader.close()
 
 
-def test_the_read_dsn_setting_comes_from_the_environment_and_is_never_shown(tmp_path: Any) -> None:
+def test_the_settings_past_one_server_come_from_the_environment_and_no_dsn_is_shown(tmp_path: Any) -> None:
     read = f"postgresql://reader:{SECRET}@replica.example:5432/app"
     settings = pgtasks.Settings.from_env(
         "postgresql:///app", environ={"PGTASKS_READ_DSN": read, "PGTASKS_PREPARE_THRESHOLD": "off"}
@@ -165,6 +165,10 @@ def test_the_read_dsn_setting_comes_from_the_environment_and_is_never_shown(tmp_
         ).prepare_threshold
         == 0
     )
+    assert pgtasks.Settings.from_env("postgresql:///a", environ={"PGTASKS_LISTEN": "off"}).listen is False
+    assert pgtasks.Settings.from_env("postgresql:///a", environ={}).listen is True
+    with pytest.raises(ConfigurationError, match="PGTASKS_LISTEN must be on or off"):
+        pgtasks.Settings.from_env("postgresql:///a", environ={"PGTASKS_LISTEN": "sometimes"})
     for bad in ("-1", "soon", "1.5"):
         with pytest.raises(ConfigurationError, match="PGTASKS_PREPARE_THRESHOLD must be"):
             pgtasks.Settings.from_env("postgresql:///a", environ={"PGTASKS_PREPARE_THRESHOLD": bad})

@@ -71,7 +71,9 @@ def _queues(value: str) -> tuple[str, ...]:
     show_default=True,
     help="Seconds between polls (NOTIFY only wakes; polling always runs).",
 )
-@click.option("--no-listen", is_flag=True, help="Poll only (PgBouncer transaction pooling).")
+@click.option(
+    "--no-listen", is_flag=True, help="Poll only (PgBouncer transaction pooling; also PGTASKS_LISTEN=off)."
+)
 @click.option(
     "--shutdown-timeout",
     type=click.FloatRange(min=0.0, min_open=True),
@@ -152,7 +154,7 @@ def worker_command(
             burst=burst,
             lease_timeout=lease_timeout,
             poll_interval=poll_interval,
-            listen=not no_listen,
+            listen=app.settings.listen and not no_listen,
             shutdown_timeout=shutdown_timeout,
             tenant_fair=tenant_fair,
             unknown_tasks=unknown_tasks,

@@ -324,6 +324,9 @@ class Database:
             disables prepared statements (needed behind PgBouncer in transaction
             pooling before PgBouncer 1.21).
         session: the named query run on every new connection (`configure_connection`).
+        listen: whether waits on a dedicated connection may ``LISTEN`` (`listen`;
+            False behind PgBouncer in transaction pooling, where a ``LISTEN`` would
+            stay behind on a server connection other clients then get).
 
     Raises:
         ConnectionFailed: (on first use) the server cannot be reached; the message
@@ -339,9 +342,13 @@ class Database:
         connect_timeout: float = 10.0,
         prepare_threshold: int | None = 5,
         session: str = "session_setup",
+        listen: bool = True,
     ) -> None:
         self.dsn = dsn
         self._session = session
+        #: Whether `AsyncResult.get` LISTENs for "jobs finished" while it waits (else
+        #: it only reads the job again each second).
+        self.listen = listen
         self.queries = MappingProxyType(dict(queries))
         self._max_size = max_size
         self._connect_timeout = connect_timeout
