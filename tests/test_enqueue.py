@@ -433,7 +433,7 @@ def test_bad_enqueue_option_raises_configuration_error_and_writes_nothing(
 
 BAD_TASK_OPTIONS: list[tuple[str, dict[str, Any], str]] = [
     ("unknown", {"retries": 3}, "unknown task option"),
-    ("celery-rate-limit", {"rate_limit": "10/m"}, "unknown task option"),
+    ("bad-rate-limit", {"rate_limit": "10/x"}, "rate_limit must look like"),
     ("empty-queue", {"queue": ""}, "queue"),
     ("bad-priority", {"priority": 10**6}, "priority"),
     ("negative-max-retries", {"max_retries": -2}, "max_retries"),

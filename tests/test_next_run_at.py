@@ -79,7 +79,9 @@ def test_a_deep_future_queue_costs_a_few_index_probes(
     assert row is not None
     nodes = list(plan_nodes(row[0][0]["Plan"]))
     executed = [n for n in nodes if n.get("Actual Loops", 0) > 0]
-    assert not [n for n in executed if n["Node Type"] == "Seq Scan"], "the fallback scan ran"
+    # (the rate windows, one row per rate key, are read whole: see job_next_run_at)
+    jobs_scans = [n for n in executed if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "jobs"]
+    assert not jobs_scans, "the fallback scan ran"
     entries_read = sum(n["Actual Rows"] * n["Actual Loops"] for n in executed if "Index" in n["Node Type"])
     assert entries_read < 20, f"{entries_read} index entries read for 3 groups of 20,001 jobs"
     earliest = conn.execute(PLAIN_MIN, {"queues": ["later"]}).fetchone()

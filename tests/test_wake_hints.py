@@ -110,7 +110,7 @@ def test_claim_by_id_returns_the_claim_columns_and_starts_the_job(
     # The same columns, named as job_claim_batch names them (the worker reads both by position),
     # then the job's run-at in Unix seconds (due: the worker's wait-time metric).
     named = app.store.fetch_all("job_claim_ids", _ids_params([job.id], ["q"]))
-    assert len(named) == 1 and tuple(named[0]) == (*CLAIM_COLUMNS, "due")
+    assert len(named) == 1 and tuple(named[0]) == (*CLAIM_COLUMNS, "due", "tenant_share", "keyed")
     row = named[0]
     assert row["id"] == job.id and row["attempt"] == 1 and row["args"] == [5]
     assert (row["tenant"], row["priority"], row["headers"]) == ("t", 2, {"h": 1})

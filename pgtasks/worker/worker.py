@@ -405,7 +405,11 @@ class Worker:
                 continue
             idle = claimed == 0 and not self._held and self._completer.pending() == 0
             next_run_at, now = self._next_run_at()
-            if self.config.burst and idle and (next_run_at is None or next_run_at > now):
+            if (
+                self.config.burst
+                and idle
+                and (next_run_at is None or next_run_at > now or self._rate_bound(now))
+            ):
                 self.request_stop("burst-done")
                 break
             wait = self._idle_wait(next_run_at, now)
@@ -516,6 +520,14 @@ class Worker:
         except DatabaseError:
             return None, None
         return run_at, now
+
+    def _rate_bound(self, now: Any) -> bool:
+        """Whether due jobs wait on a full rate window that ends later than a poll
+        interval from ``now`` (a burst worker stops then rather than wait it out)."""
+        opens_at = self._opens_at
+        if opens_at is None or now is None:
+            return False
+        return bool((opens_at - now).total_seconds() > self.config.poll_interval)
 
     def _idle_wait(self, next_run_at: Any, now: Any) -> float:
         """Seconds to sleep after a claim that found less than it asked for.
