@@ -216,9 +216,10 @@ j AS (
     FROM pgtasks.jobs
     WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 ),
--- Flow control (migration 0008), for a queued job: the running jobs of its concurrency key
--- (their count, and the first ids, of its own tenant only when scoped); when its rate
--- key's window is full, the instant it ends; its tenant's weight and running jobs in the
+-- Flow control (migration 0008), for a queued job: the slots its concurrency key's jobs
+-- hold (the counter the claim enforces) and the first running ids (of its own tenant only
+-- when scoped); when its rate key's window is full, the instant it ends (both through
+-- functions a tenant-facing role may call); its tenant's weight and running jobs in the
 -- queue, the running jobs of the queue and the weights of the tenants that have some (with
 -- its own), and whether another tenant has due jobs in the queue (claims share between them).
 -- The tenants with queued jobs in its queue: a skip scan of jobs_claim_idx, at most 100.
@@ -240,16 +241,14 @@ queued_tenants AS (
 ),
 f AS (
     SELECT
-        (SELECT count(*) FROM pgtasks.jobs r
-         WHERE j.status = 'queued' AND r.concurrency_key = j.concurrency_key AND r.status = 'running')
-            AS key_running,
+        CASE WHEN j.status = 'queued' AND j.concurrency_key IS NOT NULL
+             THEN pgtasks.concurrency_running(j.concurrency_key) ELSE 0 END AS key_running,
         ARRAY(SELECT r.id FROM pgtasks.jobs r
               WHERE j.status = 'queued' AND r.concurrency_key = j.concurrency_key AND r.status = 'running'
                 AND (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s)
               ORDER BY r.id LIMIT 10) AS key_running_ids,
-        (SELECT w.window_start + make_interval(secs => w.period) FROM pgtasks.rate_windows w
-         WHERE j.status = 'queued' AND w.key = j.rate_key AND w.taken >= j.rate_limit
-           AND w.window_start + make_interval(secs => w.period) > n.t) AS rate_opens_at,
+        CASE WHEN j.status = 'queued' AND j.rate_key IS NOT NULL
+             THEN pgtasks.rate_window_end(j.rate_key, j.rate_limit, n.t) END AS rate_opens_at,
         coalesce((SELECT tw.weight FROM pgtasks.tenant_weights tw
                   WHERE tw.tenant = j.tenant AND tw.queue IN (j.queue, '')
                   ORDER BY tw.queue DESC LIMIT 1), 1)::float8 AS tenant_weight,

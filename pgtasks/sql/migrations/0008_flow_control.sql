@@ -82,6 +82,24 @@ CREATE TABLE pgtasks.rate_windows (
     granted       integer NOT NULL DEFAULT 0
 );
 
+-- What explain reads of the counters and windows (job_explain), callable by a role that
+-- acts only through tenant handles, which has no right on these tables: their rows name
+-- keys of every tenant. SECURITY DEFINER, each answers for one key it is given.
+-- The slots a concurrency key's jobs hold: its counter less the slots given back since.
+CREATE FUNCTION pgtasks.concurrency_running(key text) RETURNS integer
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog AS $$
+    SELECT greatest(0, coalesce((SELECT k.running FROM pgtasks.concurrency_keys k WHERE k.key = $1), 0)
+                       - (SELECT count(*) FROM pgtasks.concurrency_releases r WHERE r.key = $1))::integer
+$$;
+
+-- When the full window of a rate key ends, for a job of limit lim, as seen at instant at
+-- (NULL: the window is not full, or over).
+CREATE FUNCTION pgtasks.rate_window_end(key text, lim integer, at timestamptz) RETURNS timestamptz
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog AS $$
+    SELECT w.window_start + make_interval(secs => w.period) FROM pgtasks.rate_windows w
+    WHERE w.key = $1 AND w.taken >= $2 AND w.window_start + make_interval(secs => w.period) > $3
+$$;
+
 -- Tenant weights for the fair claim: a tenant with due jobs gets a share of claims
 -- proportional to its weight, measured in job cost. queue '' applies to every queue a
 -- row of its own does not cover; a tenant with no row weighs 1. A tenant column, so the
