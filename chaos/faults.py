@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -50,6 +50,8 @@ KINDS: dict[str, int] = {
 
 #: Seconds a stopped worker stays stopped: past its lease and the reaper's next round.
 STOP_SECONDS = LEASE_TIMEOUT + 8.0
+#: Seconds the fencing probe's body works (longer than the stop).
+PROBE_SECONDS = 12.0
 #: Seconds before a fire time no planned fault lands (after: held until QUIET_AFTER).
 QUIET_BEFORE = {RESTART_POSTGRES: 15.0, STOP_WORKER: 2.0}
 QUIET_DEFAULT = 6.0
@@ -105,6 +107,8 @@ class Injector:
         dsn: the run's database (for pg_terminate_backend and reading held jobs).
         fire_times: the cron schedule's fire times over the run (for quiet windows).
         at_fire: fire times at which a scheduler is killed.
+        probe: enqueues a fencing probe of the given seconds on the ``probe`` queue and
+            returns its job id (None: no probe was written); see `Injector._probe`.
     """
 
     fleet: Fleet
@@ -112,6 +116,7 @@ class Injector:
     dsn: str
     fire_times: Sequence[datetime]
     at_fire: Sequence[datetime]
+    probe: Callable[[float], int | None] | None = None
     log: list[Injected] = field(default_factory=list)
     stopped: list[tuple[int, float, float]] = field(default_factory=list)  # pid, from, to
     restarts: list[tuple[float, float]] = field(default_factory=list)
@@ -159,13 +164,15 @@ class Injector:
             pid = life.pid if life else None
             self._note(kind, slot.name, pid, unstarted_jobs=unstarted, worker_id=worker_id)
         elif kind == STOP_WORKER:
-            slot = self.fleet.pick(("worker",), fault.target)
+            probe, pid = self._probe()
+            running = self.fleet.slot_of(pid) if pid is not None else None
+            slot = running or self.fleet.pick(("worker",), fault.target)
             proc = slot.proc
             if proc is None or proc.poll() is not None:
                 return
             proc.send_signal(signal.SIGSTOP)
             began = time.time()
-            self._note(kind, slot.name, proc.pid, f"{STOP_SECONDS:.0f} s")
+            self._note(kind, slot.name, proc.pid, f"{STOP_SECONDS:.0f} s, probe job {probe}")
 
             def resume() -> None:
                 if proc.poll() is None:
@@ -188,6 +195,36 @@ class Injector:
             took = self.server.restart(fault.mode)
             self.restarts.append((began, time.time()))
             self._note(kind, "the private server", detail=f"-m {fault.mode}, {took:.1f} s")
+
+    def _probe(self) -> tuple[int | None, int | None]:
+        """Enqueue a fencing probe and wait until a worker runs it: its job id and the pid
+        of that worker (None when there is no probe or it did not start in time).
+
+        The probe works `PROBE_SECONDS`, longer than the stop, so when the stopped worker
+        resumes and its body returns at once, the job's newer execution on another
+        worker is still running: a stale success that were not fenced would overwrite
+        that running job's row.
+        """
+        if self.probe is None:
+            return None, None
+        job_id = self.probe(PROBE_SECONDS)
+        if job_id is None:
+            return None, None
+        deadline = time.monotonic() + 6.0
+        pid: int | None = None
+        while time.monotonic() < deadline:
+            rows = self._query(
+                "SELECT l.worker_pid, j.started_at IS NOT NULL FROM public.chaos_ledger l"
+                " JOIN pgtasks.jobs j ON j.id = l.job_id WHERE l.job_id = %s",
+                (job_id,),
+                [],
+            )
+            if rows:
+                pid = int(rows[0][0])
+                if rows[0][1]:  # its start is recorded: the reaper will record the attempt lost
+                    break
+            time.sleep(0.1)
+        return job_id, pid
 
     def _kill_scheduler_at(self, fire: datetime) -> None:
         index = int(fire.timestamp() // 60)

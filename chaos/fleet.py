@@ -59,7 +59,7 @@ class Fleet:
     Args:
         dsn: the run's database.
         log_dir: where each process's log goes (one file per process).
-        workers: processes serving the ``default`` queue.
+        workers: processes serving the ``default`` and ``probe`` queues.
         concurrency: jobs each of them runs at once.
     """
 
@@ -78,7 +78,8 @@ class Fleet:
         worker = ["--lease-timeout", str(LEASE_TIMEOUT), "--poll-interval", "0.2"]
         worker += ["--shutdown-timeout", str(SHUTDOWN_TIMEOUT)]
         for i in range(self.workers):
-            argv = ["worker", "-Q", "default", "-c", str(self.concurrency), "-n", f"chaos-w{i}", *worker]
+            queues = "default,probe"  # probe: the fencing probe of a stop (chaos.faults)
+            argv = ["worker", "-Q", queues, "-c", str(self.concurrency), "-n", f"chaos-w{i}", *worker]
             self.slots.append(Slot(f"worker-{i}", "worker", argv))
         self.slots.append(Slot("cron-worker", "cron-worker", ["worker", "-Q", "cron", "-c", "2", *worker]))
         for i in range(2):
@@ -137,6 +138,11 @@ class Fleet:
         """The slot number ``index`` (modulo their count) among the slots of ``roles``."""
         chosen = [s for s in self.slots if s.role in roles]
         return chosen[index % len(chosen)]
+
+    def slot_of(self, pid: int) -> Slot | None:
+        """The worker slot whose current process is ``pid``, if any."""
+        with self._lock:
+            return next((s for s in self.slots if s.role == "worker" and s.life and s.life.pid == pid), None)
 
     def signal(self, slot: Slot, signum: int) -> Life | None:
         """Send ``signum`` to the slot's current process; returns its life (None: none alive).

@@ -13,6 +13,8 @@ what broke:
   the first had lost its lease (its attempt recorded ``lost`` by a reaper, or its
   process was stopped past the lease, or, for the same attempt handed back unstarted,
   the database was down or its connections cut meanwhile).
+- ``one execution per lock key``: executions of jobs sharing a lock key never
+  overlapped, unless the first had lost its lease (as above).
 - ``stale writer fenced``: a succeeded job's result comes from its last attempt,
   run by the worker that held it: an execution that lost its lease never overwrote
   the newer outcome.
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -118,6 +120,7 @@ class Findings:
     invariants: list[Invariant]
     outcomes: dict[str, int]
     tick_lags: list[float]
+    ended_attempts: dict[str, int] = field(default_factory=dict)
     ticks_with_killed_scheduler: int = 0
     notes: dict[str, int] = field(default_factory=dict)
 
@@ -147,7 +150,7 @@ def _load(
             " retry_on_worker_lost, trigger, schedule_name,"
             " extract(epoch FROM scheduled_for) AS scheduled_for,"
             " extract(epoch FROM started_at) AS started_at, extract(epoch FROM run_at) AS run_at,"
-            " worker_id, parent_id, run_at > now() AS due_later FROM pgtasks.jobs ORDER BY id"
+            " worker_id, parent_id, lock_key, run_at > now() AS due_later FROM pgtasks.jobs ORDER BY id"
         ).fetchall()
         effects = cur.execute("SELECT job_id, attempt, token FROM public.chaos_effects").fetchall()
     ledger = [
@@ -170,6 +173,11 @@ def check(conn: psycopg.Connection[Any], evidence: Evidence) -> Findings:
     for job in jobs:
         kind = "cron run" if job["schedule_name"] else job["task_name"]
         outcomes[f"{kind}: {job['status']}"] += 1
+    ended: dict[str, int] = defaultdict(int)
+    for job in jobs:
+        for entry in job["attempts"]:
+            error = entry.get("error") or {}
+            ended[f"{entry.get('outcome')}: {error.get('type')} {error.get('code')}"] += 1
     stream = [j for j in jobs if j["task_name"] in ("chaos.work", "chaos.once", "chaos.effect")]
     notes: dict[str, int] = {}
     findings = Findings(
@@ -178,10 +186,12 @@ def check(conn: psycopg.Connection[Any], evidence: Evidence) -> Findings:
             _no_lost_enqueue(stream, evidence),
             _effects(stream, effects),
             _overlap(jobs, by_job, evidence, notes),
+            _locks(jobs, by_job, evidence),
             _fenced(jobs, by_job, notes),
             _attempts(stream),
         ],
         outcomes=dict(sorted(outcomes.items())),
+        ended_attempts=dict(sorted(ended.items())),
         tick_lags=[],
         notes=notes,
     )
@@ -237,6 +247,42 @@ def _lost_entries(job: Mapping[str, Any]) -> set[tuple[int, str | None]]:
     return {(int(a["attempt"]), a.get("worker_id")) for a in job["attempts"] if a.get("outcome") == "lost"}
 
 
+def _end(run: Execution, ev: Evidence) -> float:
+    """When an execution ended: its stamp, else when its process was seen dead, else never."""
+    return run.finished if run.finished is not None else ev.pid_ends.get(run.worker_pid, math.inf)
+
+
+def _lease_lost(a: Execution, b: Execution, a_job: Mapping[str, Any], ev: Evidence) -> bool:
+    """Whether execution ``a`` had lost its lease by the time ``b`` started: the reaper
+    recorded its attempt lost, its process was stopped meanwhile, or (``a`` handed back
+    because its start was not yet written, which records nothing) the database was down
+    or its connections were cut within a lease before ``b`` started."""
+    if (a.attempt, a.worker_id) in _lost_entries(a_job):
+        return True
+    if any(
+        pid == a.worker_pid and began <= b.started and resumed >= a.started
+        for pid, began, resumed in ev.stopped
+    ):
+        return True
+    handed_back = a.job_id != b.job_id or a.attempt == b.attempt
+    return handed_back and any(
+        began <= b.started and ended >= a.started - LEASE_TIMEOUT for began, ended in ev.db_faults
+    )
+
+
+def _overlaps(
+    runs: Sequence[Execution], jobs: Mapping[int, Mapping[str, Any]], ev: Evidence
+) -> Iterator[tuple[Execution, Execution, bool]]:
+    """Each pair of overlapping executions among ``runs`` (sorted by start), first one
+    first, with whether the first had lost its lease."""
+    for i, a in enumerate(runs):
+        end = _end(a, ev)
+        for b in runs[i + 1 :]:
+            if b.started >= end:
+                continue
+            yield a, b, _lease_lost(a, b, jobs[a.job_id], ev)
+
+
 def _overlap(
     jobs: Sequence[dict[str, Any]],
     by_job: Mapping[int, list[Execution]],
@@ -244,33 +290,36 @@ def _overlap(
     notes: dict[str, int],
 ) -> Invariant:
     inv = Invariant("no overlap unless the lease was lost")
+    index = {j["id"]: j for j in jobs}
     overlaps = 0
-
     for job in jobs:
-        runs = by_job.get(job["id"], [])
         inv.checked += 1
-        lost = _lost_entries(job)
-        for i, a in enumerate(runs):
-            end = a.finished if a.finished is not None else ev.pid_ends.get(a.worker_pid, math.inf)
-            for b in runs[i + 1 :]:
-                if b.started >= end:
-                    continue
-                stopped = any(
-                    pid == a.worker_pid and began <= b.started and resumed >= a.started
-                    for pid, began, resumed in ev.stopped
-                )
-                cut_off = a.attempt == b.attempt and any(
-                    began <= b.started and ended >= a.started - LEASE_TIMEOUT for began, ended in ev.db_faults
-                )
-                if (a.attempt, a.worker_id) in lost or stopped or cut_off:
-                    overlaps += 1
-                    continue
-                inv.fail(
-                    f"job {job['id']}: attempt {a.attempt} (pid {a.worker_pid}) and attempt {b.attempt}"
-                    f" (pid {b.worker_pid}) overlapped by {min(end, b.finished or end) - b.started:.2f} s"
-                    " without a lost lease"
-                )
+        for a, b, lost in _overlaps(by_job.get(job["id"], []), index, ev):
+            if lost:
+                overlaps += 1
+                continue
+            both = min(_end(a, ev), b.finished or math.inf) - b.started
+            inv.fail(
+                f"job {job['id']}: attempt {a.attempt} (pid {a.worker_pid}) and attempt {b.attempt}"
+                f" (pid {b.worker_pid}) overlapped by {both:.2f} s without a lost lease"
+            )
     notes["executions overlapping one whose lease was lost"] = overlaps
+    return inv
+
+
+def _locks(jobs: Sequence[dict[str, Any]], by_job: Mapping[int, list[Execution]], ev: Evidence) -> Invariant:
+    inv = Invariant("one execution per lock key at a time")
+    index = {j["id"]: j for j in jobs}
+    by_key: dict[str, list[Execution]] = defaultdict(list)
+    for job in jobs:
+        if job["lock_key"] is not None:
+            by_key[job["lock_key"]].extend(by_job.get(job["id"], []))
+    for key, runs in sorted(by_key.items()):
+        inv.checked += 1
+        runs.sort(key=lambda e: e.started)
+        for a, b, lost in _overlaps(runs, index, ev):
+            if a.job_id != b.job_id and not lost:
+                inv.fail(f"lock {key}: jobs {a.job_id} and {b.job_id} ran at once without a lost lease")
     return inv
 
 

@@ -140,12 +140,13 @@ def _run(options: Options, server: PrivatePostgres, log_dir: Path, began: float)
     ]
     fires = fire_times(phases, (start + 2.0, end))
     at_fire = [datetime.fromtimestamp(t, UTC) for i, t in enumerate(fires) if i % 2 == 0]
-    injector = Injector(fleet, server, dsn, [datetime.fromtimestamp(t, UTC) for t in fires], at_fire)
     faults = plan_faults(options.seed, options.duration)
     # A backlog just before each worker kill, so the killed worker holds prefetched jobs.
     bursts = [f.at - 1.5 for f in faults if f.kind == KILL_WORKER and f.at > 1.5]
     jobs = plan_jobs(options.seed, options.duration, options.rate, bursts)
     enqueuer = Enqueuer(app, f"chaos-{options.seed}")
+    fire_instants = [datetime.fromtimestamp(t, UTC) for t in fires]
+    injector = Injector(fleet, server, dsn, fire_instants, at_fire, probe=enqueuer.probe)
     stop = threading.Event()
     threads = [
         threading.Thread(target=injector.run, args=(faults, start, stop)),

@@ -24,6 +24,8 @@ from pgtasks.errors import AlreadyQueued, PgtasksError
 TENANTS = ("acme", "globex", "initech", "umbrella")
 TENANT_WEIGHTS = (5, 2, 2, 1)
 LOCKS = tuple(f"lock-{i}" for i in range(4))
+#: Job numbers of fencing probes start here (the stream's are below).
+PROBE_SEQ = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -121,12 +123,13 @@ class Enqueuer:
     given_up: list[int] = field(default_factory=list)
     write_errors: int = 0
 
-    def _write(self, spec: JobSpec) -> None:
+    def _write(self, spec: JobSpec, queue: str = "default") -> None:
         deadline = time.monotonic() + self.patience
         while True:
             try:
                 result = self.app.tasks[spec.task].apply_async(
                     kwargs=spec.kwargs(),
+                    queue=queue,
                     tenant=spec.tenant,
                     lock=spec.lock,
                     priority=spec.priority,
@@ -144,6 +147,16 @@ class Enqueuer:
             else:
                 self.landed[spec.seq] = result.id
                 return
+
+    def probe(self, seconds: float) -> int | None:
+        """Enqueue a fencing probe on the ``probe`` queue: a job working ``seconds``,
+        ``chaos.work`` and ``chaos.effect`` in turn, numbered from `PROBE_SEQ`; returns
+        its id, or None if it could not be written within ``patience``."""
+        n = sum(1 for seq in self.landed if seq >= PROBE_SEQ)
+        task = ("chaos.work", "chaos.effect")[n % 2]
+        spec = JobSpec(PROBE_SEQ + n, 0.0, task, seconds, 0, False, TENANTS[0], None, 9)
+        self._write(spec, queue="probe")
+        return self.landed.get(spec.seq)
 
     def run(self, jobs: Sequence[JobSpec], start: float, stop: threading.Event) -> None:
         """Write ``jobs`` at ``start`` (Unix seconds) plus each one's offset, until ``stop``."""

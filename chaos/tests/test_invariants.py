@@ -39,12 +39,13 @@ def _job(
     worker: str | None = "w1",
     fail_attempts: int = 0,
     schedule_for: float | None = None,
+    lock: str | None = None,
 ) -> int:
     finished = None if status in ("queued", "running") else datetime.fromtimestamp(T0 + 30, UTC)
     row = conn.execute(
         "INSERT INTO pgtasks.jobs (task_name, status, attempt, max_attempts, kwargs, result, attempts,"
-        " worker_id, started_at, finished_at, queue, schedule_name, scheduled_for, trigger)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+        " worker_id, started_at, finished_at, queue, schedule_name, scheduled_for, trigger, lock_key)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
         (
             task,
             status,
@@ -60,6 +61,7 @@ def _job(
             SCHEDULE if schedule_for is not None else None,
             None if schedule_for is None else datetime.fromtimestamp(schedule_for, UTC),
             "schedule" if schedule_for is not None else "api",
+            lock,
         ),
     ).fetchone()
     assert row is not None
@@ -143,6 +145,10 @@ def test_each_check_finds_the_violation_it_exists_for(dsn: str) -> None:
         # An attempt used although the body never started on that worker (a prefetched job).
         unstarted = _job(conn, attempt=2, result=_ok("u2", 2, "w2"), history=lost, worker="w2", seq=5)
         _run(conn, unstarted, "u2", attempt=2, worker="w2", pid=200)
+        # Two jobs of one lock key at once, each run once and well.
+        locked = [_job(conn, result=_ok(f"k{n}"), seq=10 + n, lock="k") for n in range(2)]
+        for n, job in enumerate(locked):
+            _run(conn, job, f"k{n}", start=T0 + n, end=T0 + 5)
         # Still running after the drain.
         running = _job(conn, status="running", seq=6, result=None)
         # Cron: T0 once and on time, T0+60 twice, T0+120 never. (The database refuses a
@@ -168,6 +174,9 @@ def test_each_check_finds_the_violation_it_exists_for(dsn: str) -> None:
     assert hits("stale writer never overwrote the outcome", stale), text
     assert not hits("stale writer never overwrote the outcome", fenced), text
     assert hits("unstarted job lost with its worker keeps its attempt", unstarted), text
+    assert any(
+        f"jobs {locked[0]} and {locked[1]}" in v for v in by_name["one execution per lock key at a time"]
+    )
     assert not any(hits(name, good) for name in by_name), text
     ticks = by_name["cron tick exactly once, on time"]
     assert len(ticks) == 2 and any("2 runs" in v for v in ticks) and any("0 runs" in v for v in ticks), text
