@@ -123,15 +123,17 @@ def test_unblocking_wakes_an_idle_worker_without_polling(
         )
         eventually(lambda: one(conn, listening) == 1, timeout=20, message="the worker listens")
         worker_id_of(conn, w.pid)
-        time.sleep(1.0)  # past the worker's first poll: from now on only a notification wakes it
-        # The prerequisite goes in by the bulk path (its wake-up names the queue, so the
-        # worker claims in full); the dependent's wake-up, sent by the completion of its
-        # prerequisite, names the job.
-        (first,) = step.delay_many([("first", 0.3)])
+        time.sleep(1.0)  # past the worker's first claim: from now on only a notification wakes it
+        # The dependent's enqueue locks its prerequisite for a moment: a claim woken by the
+        # prerequisite's own wake-up may skip it then, and the enqueue wakes a worker
+        # again on commit. The dependent's wake-up comes with its prerequisite's success.
+        enqueued = one(conn, "SELECT clock_timestamp()")
+        first = step.apply_async(("first", 0.3))
         then = step.apply_async(("then",), depends_on=[first])
         eventually(lambda: then.status == "succeeded", timeout=15, message="the dependent ran")
-    first_end = _ledger(conn, first.id)[1]
+    first_start, first_end = _ledger(conn, first.id)
     then_start = _ledger(conn, then.id)[0]
+    assert (first_start - enqueued).total_seconds() < 1.5
     gap = (then_start - first_end).total_seconds()
     print(f"dependent started {gap:.3f}s after its prerequisite finished (poll interval 30 s)")
     assert 0 <= gap < 1.5

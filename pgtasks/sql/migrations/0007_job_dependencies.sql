@@ -206,7 +206,8 @@ CREATE TRIGGER jobs_dependents_notify
 -- Make job p_id (just inserted by this transaction, 'queued') wait for p_prerequisites
 -- (their rows already locked by the caller, each the same tenant's job), with one
 -- run_on, on_failure and pass_results for all edges. Prerequisites already finished are
--- resolved at once. Returns the job's status afterwards: 'blocked', 'queued' (every
+-- resolved at once; due queued ones are announced again on commit (the lock hid them
+-- from claims until then). Returns the job's status afterwards: 'blocked', 'queued' (every
 -- prerequisite had already succeeded) or 'cancelled' (one had already failed).
 CREATE FUNCTION pgtasks.job_block(
     p_id bigint, p_prerequisites bigint[], p_run_on text, p_on_failure text, p_pass_results text)
@@ -228,10 +229,14 @@ BEGIN
     FOR p IN
         UPDATE pgtasks.jobs j SET has_dependents = true
         WHERE j.id = ANY (p_prerequisites)
-        RETURNING j.id, j.status, j.result
+        RETURNING j.id, j.status, j.result, j.queue, j.run_at
     LOOP
         IF p.status IN ('succeeded', 'failed', 'cancelled', 'partial_failure') THEN
             PERFORM pgtasks.job_prerequisite_done(p.id, p.status, p.result);
+        ELSIF p.status = 'queued' AND p.run_at <= now() THEN
+            -- A claim meanwhile skipped the row this transaction locks (SKIP LOCKED), and
+            -- its worker may have gone to sleep: wake one on commit to claim it by id.
+            PERFORM pg_notify('pgtasks_jobs', p.queue || ':' || p.id);
         END IF;
     END LOOP;
     SELECT status INTO s FROM pgtasks.jobs WHERE id = p_id;
