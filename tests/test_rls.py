@@ -382,6 +382,24 @@ def test_a_role_that_may_not_grant_is_refused_not_told_it_granted(
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(other)))
 
 
+def test_listings_by_a_role_outside_the_fleet_say_that_rows_are_hidden(setup: dict[str, Any]) -> None:
+    dsn, roles = setup["dsn"], setup["roles"]
+
+    def run(role: str, *args: str) -> tuple[str, str]:
+        result = CliRunner().invoke(cli, ["--dsn", _as_role(dsn, role), *args])
+        assert result.exit_code == 0, result.output
+        return result.stdout, result.stderr
+
+    for command in (["jobs", "list", "--json"], ["queues", "--json"]):
+        out, err = run(roles["web"], *command)
+        assert "row-level security is on" in err and roles["web"] in err and "--tenant" in err
+        assert orjson.loads(out) == []  # what it sees: nothing, and now it is told why
+        out, err = run(roles["fleet"], *command)
+        assert err == ""
+    out, err = run(roles["web"], "jobs", "list", "--json", "--tenant", A)
+    assert err == "" and len(orjson.loads(out)) == JOBS
+
+
 def test_check_by_a_role_outside_the_fleet_fails_instead_of_seeing_no_due_job(
     setup: dict[str, Any], admin_dsn: str
 ) -> None:

@@ -51,6 +51,7 @@ __all__ = [
     "new_table",
     "shown",
     "task_redactor",
+    "warn_if_rows_hidden",
 ]
 
 #: ``click.Context.meta`` key, true when the command line is this process's entry point
@@ -180,3 +181,22 @@ class FiniteFloatRange(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return number
+
+
+def warn_if_rows_hidden(app: App) -> None:
+    """Say on stderr when row-level security hides every tenant's jobs from the
+    connecting role (the mode is on and the role is not a fleet role), so that an
+    empty listing is not taken for an empty queue. Says nothing when the check itself
+    cannot run (no schema yet, a database error: the command reports those)."""
+    from pgtasks.errors import PgtasksError
+
+    try:
+        sees_all, role = app.stores.isolation.sees_every_row()
+    except PgtasksError:
+        return
+    if not sees_all:
+        click.echo(
+            f"warning: row-level security is on and role {shown(role)} is not a fleet role: it sees "
+            "no tenant's jobs unless the command names one (--tenant), or it connects as a fleet role",
+            err=True,
+        )

@@ -30,6 +30,7 @@ from pgtasks.cli.common import (
     new_table,
     shown,
     task_redactor,
+    warn_if_rows_hidden,
 )
 from pgtasks.cli.jsonout import (
     echo_json,
@@ -110,6 +111,8 @@ def jobs_list(
     page is ``--before`` the last id.
     """
     api = _jobs_api(loader, tenant, read=True)
+    if tenant is None:
+        warn_if_rows_hidden(loader.reader())
     filters: dict[str, Any] = {"status": status, "queue": queue, "task_name": task_name}
     try:
         jobs = api.list_jobs(**filters, before_id=before_id, limit=limit)
@@ -347,9 +350,11 @@ def _id_list(job_ids: tuple[int, ...], most: int = 10) -> str:
 def queues_command(loader: AppLoader, as_json: bool) -> None:
     """Job counts per queue and status (``--json``: an array of queue objects)."""
     try:
-        rows = loader.reader().queue_stats()
+        reader = loader.reader()
+        rows = reader.queue_stats()
     except PgtasksError as exc:
         fail(exc)
+    warn_if_rows_hidden(reader)
     if as_json:
         echo_json(queue_counts(rows))
         return
@@ -376,9 +381,11 @@ def workers_command(loader: AppLoader, as_json: bool) -> None:
     """Registered workers, their lease, running jobs and jobs claimed ahead
     (``--json``: an array of worker objects)."""
     try:
-        workers = loader.reader().stores.workers.list()
+        reader = loader.reader()
+        workers = reader.stores.workers.list()
     except PgtasksError as exc:
         fail(exc)
+    warn_if_rows_hidden(reader)  # the running and claimed counts are of visible jobs
     if as_json:
         echo_json([worker_object(w) for w in workers])
         return
