@@ -26,9 +26,10 @@ CREATE INDEX jobs_concurrency_running_idx ON pgtasks.jobs (concurrency_key, id)
 CREATE INDEX jobs_rate_queued_idx ON pgtasks.jobs (rate_key, queue)
     WHERE status = 'queued' AND rate_key IS NOT NULL;
 
--- One counter per concurrency key: the jobs of the key that claims took (running). Only
--- claims write a counter row, each holding it through FOR UPDATE SKIP LOCKED, so a claim
--- never waits on a counter and no two claims take slots from one counter at once.
+-- One counter per concurrency key: the jobs of the key that claims took (running), less
+-- those given back. Claims and ending jobs write a counter row only while holding it
+-- through FOR UPDATE SKIP LOCKED, so neither ever waits on a counter, and no two claims
+-- take slots from one counter at once.
 -- granted: the slots the last claim took, read back by that claim (RETURNING cannot see
 -- the old value on PostgreSQL 14).
 CREATE TABLE pgtasks.concurrency_keys (
@@ -37,21 +38,33 @@ CREATE TABLE pgtasks.concurrency_keys (
     granted  integer NOT NULL DEFAULT 0
 );
 
--- Slots given back by jobs that left running (one row each, written by the trigger below;
--- appended, so a finishing job never waits on a claim or another finishing job). The claim
--- that next holds the key's counter deletes them and lowers the counter by as many.
+-- Slots given back by jobs that left running while a claim held their key's counter (one
+-- row each, written by the trigger below, appended: a finishing job never waits on a
+-- claim or on another finishing job). The claim that next holds the counter deletes them
+-- and lowers the counter by as many.
 CREATE TABLE pgtasks.concurrency_releases (
     id   bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     key  text NOT NULL
 );
 CREATE INDEX concurrency_releases_key_idx ON pgtasks.concurrency_releases (key);
 
+-- A job leaving running gives its slot back: straight to its key's counter when no claim
+-- holds it (the common case: one write, no row to fold in later), else as a release row.
+-- The counter is locked with SKIP LOCKED, so this never waits and never deadlocks with a
+-- claim or with another job's end; a counter this transaction already holds (several
+-- jobs of a key in one outcome batch) is its own and is updated.
 -- SECURITY DEFINER: a role acting only through tenant handles (row-level security mode)
--- has no right on the release table, yet may end a job it owns.
+-- has no right on these tables, yet may end a job it owns.
 CREATE FUNCTION pgtasks.concurrency_release() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 BEGIN
-    INSERT INTO pgtasks.concurrency_releases (key) VALUES (OLD.concurrency_key);
+    PERFORM 1 FROM pgtasks.concurrency_keys k WHERE k.key = OLD.concurrency_key FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        UPDATE pgtasks.concurrency_keys k SET running = greatest(0, k.running - 1)
+        WHERE k.key = OLD.concurrency_key;
+    ELSE
+        INSERT INTO pgtasks.concurrency_releases (key) VALUES (OLD.concurrency_key);
+    END IF;
     RETURN NULL;
 END
 $$;
