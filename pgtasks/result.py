@@ -138,10 +138,10 @@ class AsyncResult:
         Waits on a LISTEN connection for "jobs finished" notifications, re-checking
         the job on each one and at least once a second (NOTIFY only wakes), so it
         never busy-polls (with ``Settings.listen`` off, behind a transaction
-        pooler, it only reads the job each second). A lost connection is opened again, with a growing pause
-        (0.1 s up to 2 s), until ``timeout``: the wait survives a server restart and
-        a failover to a promoted standby (a multi-host DSN with
-        ``target_session_attrs=read-write``; docs/operations.md).
+        pooler, it only reads the job each second). A lost connection is opened
+        again, with a growing pause (0.1 s up to 2 s), until ``timeout``: the wait
+        survives a server restart and a failover to a promoted standby (a
+        multi-host DSN with ``target_session_attrs=read-write``; docs/operations.md).
 
         Args:
             timeout: seconds to wait at most (finite, 0 up to

@@ -13,6 +13,7 @@ job's own transaction, so it holds exactly one row per succeeded job.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -118,8 +119,9 @@ def test_failover_to_a_synchronous_standby_loses_no_acknowledged_job(
                 message="the scheduler fired before the cut",
             )
             db.close()
-            # A caller waiting for a result across the cut.
+            # Callers waiting for a result across the cut (the jobs run 2 s later).
             waiting = app.tasks["ha.record"].apply_async(args=(-1,), countdown=2)
+            waiting_async = app.tasks["ha.record"].apply_async(args=(-2,), countdown=2)
 
             def wait() -> None:
                 try:
@@ -127,8 +129,15 @@ def test_failover_to_a_synchronous_standby_loses_no_acknowledged_job(
                 except Exception as exc:  # the assertion below shows it
                     waited["error"] = exc
 
-            waiter = threading.Thread(target=wait, name="waiter", daemon=True)
-            waiter.start()
+            def wait_async() -> None:
+                try:
+                    waited["async result"] = asyncio.run(waiting_async.get_async(timeout=120))
+                except Exception as exc:  # the assertion below shows it
+                    waited["async error"] = exc
+
+            waiters = [threading.Thread(target=f, name=f.__name__, daemon=True) for f in (wait, wait_async)]
+            for waiter in waiters:
+                waiter.start()
             acknowledged_before = len(producer.acknowledged)
             primary.stop(mode)
             # The cut: the old primary is gone; what commits from here on commits on
@@ -178,15 +187,19 @@ def test_failover_to_a_synchronous_standby_loses_no_acknowledged_job(
                 )
                 assert fired_after
                 producer.stop()
-                waiter.join(130)
-                eventually(
-                    lambda: (
-                        one(new, "SELECT count(*) FROM pgtasks.jobs WHERE status NOT IN ('succeeded')") == 0
-                    ),
-                    timeout=90,
-                    interval=0.2,
-                    message="every job succeeded",
-                )
+                for waiter in waiters:
+                    waiter.join(130)
+
+                def unfinished() -> list[tuple[Any, ...]]:
+                    return new.execute(
+                        "SELECT id, status, attempt, run_at, worker_id, error->>'message' FROM pgtasks.jobs"
+                        " WHERE status <> 'succeeded' ORDER BY id"
+                    ).fetchall()
+
+                deadline = time.monotonic() + 90  # jobs held at the cut wait for their lease
+                while (left := unfinished()) and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                assert left == [], f"jobs not succeeded: {left}"
                 ids = producer.acknowledged
                 runs: dict[int, int] = dict(
                     new.execute(
@@ -220,7 +233,9 @@ def test_failover_to_a_synchronous_standby_loses_no_acknowledged_job(
     assert twice == {}, "a job's transaction committed twice"
     assert statuses == {"succeeded": len(ids)}
     assert ticks == [], "two runs of one cron tick"
-    assert waited == {"result": -1}, waited
+    assert waited == {"result": -1, "async result": -2}, waited
+    # Each worker's LISTEN connection came back on the new primary by itself.
+    assert all("listener reconnected" in log for log in logs[:2]), [log[-3000:] for log in logs[:2]]
     assert recovery < RECOVERY_WITHIN, recovery
     assert codes == [0, 0, 0], [log[-3000:] for log in logs]
     assert all(p.proc.returncode == 0 for p in procs)
@@ -314,3 +329,43 @@ def test_a_multi_host_dsn_is_described_host_by_host_without_its_password() -> No
             "x", dsn=f"host=127.0.0.1,127.0.0.1 port=1,2 password={secret} dbname=app connect_timeout=2"
         ).migrate()
     assert "127.0.0.1:1,127.0.0.1:2/app" in str(info.value) and secret not in str(info.value)
+
+
+@pytest.mark.slow
+def test_jobs_of_a_claim_whose_reply_was_lost_run_after_the_failover(
+    pair: tuple[Server, Server], tmp_path: Path
+) -> None:
+    """A claim can commit on the primary (and reach the synchronous standby) while its
+    reply is lost with the connection: its jobs are then ``running`` under the live
+    worker's lease, and the reaper leaves them. The worker hands back what it holds but
+    does not know of once its claims go through again, so those jobs run."""
+    primary, standby = pair
+    dsn, app = _database_on(primary, standby)
+    setup_ledger(dsn)
+    try:
+        worker = ["worker", "-c", "2", "--poll-interval", "0.2", "--lease-timeout", "5"]
+        with processes(dsn, tmp_path, worker) as (proc,):
+            with psycopg.connect(primary.dsn("test"), autocommit=True) as conn:
+                worker_id = eventually(
+                    lambda: one(conn, "SELECT min(id) FROM pgtasks.workers WHERE pid = %s", (proc.pid,)),
+                    timeout=30,
+                    message="the worker registered",
+                )
+                # What a claim whose reply was lost leaves behind.
+                lost = app.tasks["ha.record"].apply_async(args=(7,), countdown=3600).id
+                conn.execute(
+                    "UPDATE pgtasks.jobs SET status = 'running', attempt = attempt + 1, worker_id = %s,"
+                    " heartbeat_at = now(), run_at = now() WHERE id = %s",
+                    (worker_id, lost),
+                )
+            primary.stop("immediate")
+            time.sleep(2.0)  # the worker's claims fail meanwhile
+            standby.promote()
+            assert app.AsyncResult(lost).get(timeout=60) == 7
+            assert "handed back 1 job(s) a claim took whose reply was lost" in proc.log()
+            assert proc.stop() == 0
+        with psycopg.connect(standby.dsn("test"), autocommit=True) as conn:
+            assert one(conn, "SELECT attempt FROM pgtasks.jobs WHERE id = %s", (lost,)) == 1
+            assert one(conn, "SELECT count(*) FROM public.ha_ledger WHERE job_id = %s", (lost,)) == 1
+    finally:
+        app.close()

@@ -816,6 +816,13 @@ class JobStore:
         """Hand back claimed jobs that never started (attempt not used); returns how many."""
         return len(self.database.fetch_all("job_release", {"ids": list(ids), "worker_id": worker_id}))
 
+    def release_unknown(self, *, worker_id: str, known: Sequence[int]) -> list[int]:
+        """Hand back the jobs ``worker_id`` holds claimed, not started, and not among
+        ``known`` (the jobs it holds): what a claim whose reply was lost took
+        (``job_release_unknown``); returns their ids."""
+        params = {"worker_id": worker_id, "known": bigint_array_literal(known)}
+        return [row["id"] for row in self.database.fetch_all("job_release_unknown", params)]
+
     def report_progress(
         self, *, id: int, worker_id: str, progress: Mapping[str, Any], now: Now = None
     ) -> bool:

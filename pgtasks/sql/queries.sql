@@ -1070,6 +1070,19 @@ SET status = 'queued', attempt = attempt - 1, worker_id = NULL, started_at = NUL
 WHERE id = ANY(%(ids)s::bigint[]) AND status = 'running' AND worker_id = %(worker_id)s
 RETURNING id, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
 
+-- name: job_release_unknown
+-- After a claim whose reply was lost (its connection died in flight, in a failover or a
+-- restart: it may have committed): hand back the jobs %(worker_id)s holds claimed and not
+-- started that it does not know of (not in %(known)s), attempt not used. Under the
+-- worker's live lease they would stay running until it stops. Rare: found through
+-- jobs_running_worker_idx.
+UPDATE pgtasks.jobs
+SET status = 'queued', attempt = attempt - 1, worker_id = NULL, started_at = NULL,
+    heartbeat_at = NULL
+WHERE worker_id = %(worker_id)s AND status = 'running' AND started_at IS NULL
+  AND id <> ALL(%(known)s::bigint[])
+RETURNING id, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
+
 -- name: job_report_progress
 -- Merge progress counters into a running job the worker holds; doubles as the job heartbeat.
 -- Found by its primary key whatever the statistics say (see job_finish).

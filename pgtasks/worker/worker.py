@@ -143,6 +143,8 @@ class Worker:
         # Held jobs by id. Only single dict operations touch it (atomic in CPython), so
         # the claim loop and the pool threads share no lock for it.
         self._held: dict[int, HeldJob] = {}
+        # A claim failed in flight and may have committed (`_release_unknown_claims`).
+        self._claim_unsure = False
         self._signals = 0
         self._cursor = ""
         self._low_water = max(self.config.concurrency, self.config.capacity // 2)
@@ -389,10 +391,13 @@ class Worker:
                         retry = min(max(2 * retry, CLAIM_RETRY_FIRST), CLAIM_RETRY_MAX, wait)
                         wait = retry
                         self._hints.want_full()
+                        self._claim_unsure = True
                     log.warning("claim failed (%s); retrying after %.2fs", exc, wait)
                     polled = not self._wake.wait(wait)
                     continue
                 retry = 0.0
+                if self._claim_unsure:
+                    self._release_unknown_claims()
                 if named is None and self._more:
                     continue  # more may be waiting
             if limit <= 0:  # the buffer is full: a finishing job wakes the loop
@@ -418,6 +423,32 @@ class Worker:
             else:
                 wait = min(wait, max(0.0, self._full_claim_at - time.monotonic()))
             polled = not self._wake.wait(wait)
+
+    def _release_unknown_claims(self) -> None:
+        """After a claim failed in flight, hand back what it may have taken.
+
+        A claim whose connection died after its commit (a failover: the server stopped
+        while the commit waited for the synchronous standby, which had the WAL already)
+        took jobs whose rows never reached this worker: they are ``running`` under its
+        live lease, so the reaper leaves them, and nobody runs them until it stops. Once
+        a claim went through again, the jobs this worker holds claimed, unstarted and
+        unknown are handed back (``job_release_unknown``). It waits until no outcome is
+        pending: the known ids are read first, and a job leaves them only after its
+        outcome was queued, so every other running job of this worker is one of those.
+        """
+        known = list(self._held)  # first: a finishing job's outcome is queued before it leaves
+        if self._completer.pending():
+            return  # after the next claim
+        try:
+            released = self.jobs.release_unknown(worker_id=self.id, known=known)
+        except DatabaseError as exc:
+            log.warning("cannot check for jobs of a claim whose reply was lost (%s); trying again", exc)
+            return
+        self._claim_unsure = False
+        if released:
+            log.warning(
+                "handed back %d job(s) a claim took whose reply was lost: %s", len(released), sorted(released)
+            )
 
     def _claim(self, limit: int) -> int:
         start_tenant = self._cursor
