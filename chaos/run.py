@@ -29,7 +29,7 @@ from chaos.faults import KILL_SCHEDULER_AT_FIRE, KILL_WORKER, Injector, plan_fau
 from chaos.fleet import Fleet
 from chaos.invariants import CronPhase, Evidence, Findings, check, fire_times, minute_every
 from chaos.server import PrivatePostgres, find_bindir
-from chaos.workload import Enqueuer, plan_jobs
+from chaos.workload import PROBE_SEQ, Enqueuer, plan_jobs
 
 log = logging.getLogger("chaos")
 
@@ -74,6 +74,7 @@ class Outcome:
     faults: Counter[str]
     jobs_planned: int
     jobs_landed: int
+    probes: int
     enqueue_errors: int
     wall_seconds: float
     drained_in: float | None
@@ -187,7 +188,8 @@ def _run(options: Options, server: PrivatePostgres, log_dir: Path, began: float)
         findings=findings,
         faults=injector.counts(),
         jobs_planned=len(jobs),
-        jobs_landed=len(enqueuer.landed),
+        jobs_landed=sum(1 for seq in enqueuer.landed if seq < PROBE_SEQ),
+        probes=sum(1 for seq in enqueuer.landed if seq >= PROBE_SEQ),
         enqueue_errors=enqueuer.write_errors,
         wall_seconds=time.monotonic() - began,
         drained_in=None if drained_at is None else drained_at - end,
