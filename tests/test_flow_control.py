@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from apps.worker_app import one, rows, workers
 from helpers import eventually
+from test_rls import roles, setup  # noqa: F401 - fixtures of the row-level security test
 
 import pgtasks
 from pgtasks.errors import ConfigurationError
@@ -323,3 +324,37 @@ def test_the_cli_sets_lists_and_drops_weights(app: pgtasks.App, dsn: str) -> Non
         cli, ["--dsn", dsn, "tenants", "weight", "acme", "0"], env={"PGTASKS_DISABLE_PLUGIN_AUTOLOAD": "1"}
     )
     assert isinstance(bad.exception, ConfigurationError) and "weight must be above 0" in str(bad.exception)
+
+
+# -- row-level security mode (tests/test_rls.py's roles and setup) ---------------------------
+
+
+def test_a_tenant_role_reads_only_its_weight_and_only_its_keys_through_functions(
+    setup: dict[str, Any],  # noqa: F811 - the fixture imported above
+) -> None:
+    from test_rls import A, B
+
+    owner, web = setup["owner"], setup["web"]
+    owner.set_tenant_weight(A, 2)
+    owner.set_tenant_weight(B, 5)
+    with web.tenant(A).connection() as conn:
+        assert conn.execute("SELECT tenant, weight FROM pgtasks.tenant_weights").fetchall() == [(A, 2.0)]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("UPDATE pgtasks.tenant_weights SET weight = 100")
+    work = web.tenant(A).bind("t.work")
+    first, second = (
+        work.apply_async((n,), queue="flowq", rate_limit="1/h", rate_limit_key="r") for n in (1, 2)
+    )
+    claimed = owner.stores.jobs.claim_batch(
+        queues="{flowq}", worker_id="w", limit=5, max_tenants=5, fair=True
+    )
+    assert [r[0] for r in claimed] == [first.id]
+    # What explain reads of the windows and counters, through the functions a tenant's role
+    # may call (it has no right on those tables: their rows name every tenant's keys).
+    with web.tenant(A).connection() as conn:
+        ends = conn.execute("SELECT pgtasks.rate_window_end('r', 1, now())").fetchone()
+        assert ends is not None and ends[0] is not None
+        assert conn.execute("SELECT pgtasks.concurrency_running('nothing')").fetchone() == (0,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM pgtasks.rate_windows")
+    assert second.status == "queued"
