@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers import eventually
+from helpers import eventually, scratch_database
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -34,14 +34,8 @@ def _app(dsn: str) -> pgtasks.App:
 @pytest.fixture
 def second_empty_dsn(admin_dsn: str) -> Iterator[str]:
     """Another fresh database without the pgtasks schema."""
-    name = f"pgtasks_e2_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(admin_dsn)
-    params["dbname"] = name
-    yield make_conninfo("", **params)
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with scratch_database(admin_dsn, prefix="pgtasks_e2") as url:
+        yield url
 
 
 def _applied_rows(dsn: str) -> list[tuple[int, str]]:
@@ -85,6 +79,39 @@ def test_migrate_on_a_current_database_does_nothing(app: pgtasks.App, dsn: str) 
     before = _applied_rows(dsn)
     assert app.migrate() == []
     assert _applied_rows(dsn) == before
+
+
+def test_migrate_by_a_role_that_may_not_create_schemas_passes_on_a_current_database(
+    app: pgtasks.App, dsn: str, admin_dsn: str
+) -> None:
+    """A fleet role other than the owner (it may use the tables, not create schemas)
+    runs `pgtasks migrate` at deploy: with nothing pending it must not fail on the
+    bootstrap, which PostgreSQL refuses to that role even when the schema exists."""
+    role = f"pgtasks_user_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER").format(sql.Identifier(role)))
+    try:
+        who = sql.Identifier(role)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            database = sql.Identifier(str(conninfo_to_dict(dsn)["dbname"]))
+            conn.execute(sql.SQL("REVOKE CREATE ON DATABASE {} FROM PUBLIC").format(database))
+            conn.execute(sql.SQL("GRANT USAGE ON SCHEMA pgtasks TO {}").format(who))
+            conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA pgtasks TO {}").format(who))
+        with (
+            pytest.raises(psycopg.errors.InsufficientPrivilege),  # what the bootstrap met before
+            psycopg.connect(make_conninfo(dsn, user=role)) as user_conn,
+        ):
+            user_conn.execute("CREATE SCHEMA IF NOT EXISTS pgtasks")
+        user_app = _app(make_conninfo(dsn, user=role))
+        try:
+            assert user_app.migrate() == []
+        finally:
+            user_app.close()
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
 def test_migrated_schema_accepts_a_job(empty_dsn: str) -> None:

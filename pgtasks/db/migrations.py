@@ -27,13 +27,22 @@ class MigrationStore:
         """Take the migration advisory lock until ``conn``'s transaction ends."""
         self.database.execute("migration_lock", conn=conn)
 
-    def schema_exists(self) -> bool:
+    def schema_exists(self, *, conn: AnyConnection | None = None) -> bool:
         """Whether pgtasks' migration ledger exists yet (a read-only check)."""
-        row = self.database.fetch_one("migration_schema_exists")
+        row = self.database.fetch_one("migration_schema_exists", conn=conn)
         return bool(row and row["present"])
 
     def bootstrap(self, *, conn: AnyConnection) -> None:
-        """Create the ``pgtasks`` schema and the migration ledger if missing."""
+        """Create the ``pgtasks`` schema and the migration ledger if missing.
+
+        Only when the ledger is missing: PostgreSQL checks the right to create a schema
+        before it looks whether it exists, so ``CREATE SCHEMA IF NOT EXISTS`` fails for
+        a role that may not create one (a fleet role other than the tables' owner) even
+        on a current database, where there is nothing to create. Run under the
+        migration lock, so no other migrator creates it in between.
+        """
+        if self.schema_exists(conn=conn):
+            return
         self.database.execute("migration_bootstrap_schema", conn=conn)
         self.database.execute("migration_bootstrap_table", conn=conn)
 
