@@ -102,6 +102,12 @@ def test_read_only_commands_read_the_standby_and_writes_go_to_the_primary(
         queues = {q["queue"]: q["counts"] for q in run_json(primary_dsn, "queues", read_dsn=standby_dsn)}
         assert queues["replicated"]["queued"] == 1
         assert run_json(primary_dsn, "workers", read_dsn=standby_dsn) == []
+        metrics = run(primary_dsn, "--plugin", "pgtasks_metrics.plugin", "metrics", read_dsn=standby_dsn)
+        assert metrics.exit_code == 0, metrics.output
+        queued = re.findall(
+            r'^pgtasks_jobs\{queue="replicated",status="queued"\} ([0-9.]+)$', metrics.output, re.M
+        )
+        assert queued == ["1.0"], metrics.output
         # A command that writes goes to the primary, whatever the read DSN.
         cancelled = run(primary_dsn, "jobs", "cancel", str(late), read_dsn=standby_dsn)
         assert cancelled.exit_code == 0, cancelled.output

@@ -30,10 +30,11 @@ def metrics_command(loader: AppLoader, port: int | None, bind: str) -> None:
     On a terminal, control characters in label values (queue names, worker ids)
     are shown as escapes (`pgtasks.plugin_api.shown`). Written to a pipe or a file
     (a textfile collector), the text stays in the exposition format, which has no
-    such escapes (click drops ANSI sequences there).
+    such escapes (click drops ANSI sequences there). With ``--read-dsn`` (or
+    ``PGTASKS_READ_DSN``) the numbers are read on that replica.
     """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(QueueCollector(loader.get()))
+    registry.register(QueueCollector(loader.reader()))  # a replica's, with --read-dsn
     if port is None:
         text = generate_latest(registry).decode()
         if sys.stdout.isatty():  # piped, the text stays in the exposition format
