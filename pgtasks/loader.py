@@ -142,7 +142,7 @@ class AppLoader:
 
     def reader(self) -> pgtasks.App:
         """The app the read-only commands read through (``jobs list`` and ``show``,
-        ``queues``, ``workers``, the dashboard's pages): one on the read DSN (a
+        ``queues``, ``workers``, ``metrics``, the dashboard's pages): one on the read DSN (a
         replica: ``--read-dsn``, else the app's ``Settings.read_dsn``) with the
         loaded app's tasks and settings, or the loaded app itself when there is none.
         Nothing writes through it.

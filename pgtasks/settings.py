@@ -264,7 +264,8 @@ class Settings:
             disable prepared statements (PgBouncer transaction pooling before 1.21;
             ``PGTASKS_PREPARE_THRESHOLD=off``, or a number).
         read_dsn: libpq DSN or URI of a replica for the read-only views (``jobs list``
-            and ``show``, ``queues``, ``metrics``, the dashboard; ``PGTASKS_READ_DSN``),
+            and ``show``, ``queues``, ``workers``, ``metrics``, the dashboard;
+            ``PGTASKS_READ_DSN``),
             or None to read on ``dsn``. Writes never go there. A hot standby lags the
             primary by its replay delay: what it shows may be that much behind.
         listen: whether pgtasks may ``LISTEN`` (default True; ``PGTASKS_LISTEN=off``

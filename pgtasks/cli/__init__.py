@@ -63,7 +63,7 @@ COMMANDS: dict[str, str] = {
     "--read-dsn",
     envvar="PGTASKS_READ_DSN",
     default=None,
-    help="DSN of a replica for the read-only commands (jobs list/show, queues, workers, dashboard). "
+    help="DSN of a replica for the read-only commands (jobs list/show, queues, workers, metrics, dashboard). "
     "Env: PGTASKS_READ_DSN.",
 )
 @click.option(
