@@ -25,7 +25,9 @@ what broke:
 - ``unstarted keeps its attempt``: every attempt the job used has an execution in
   the ledger (a claimed job lost with its worker before it started used none), and
   each job a killed worker held unstarted (read just before the kill) kept its
-  attempt.
+  attempt. One case is told apart: an attempt recorded ``lost`` whose start was
+  written within `KILL_CUT` seconds before its worker was killed began its body,
+  which died before its first ledger write committed.
 - ``cron tick exactly once``: every fire time of the schedule in the window has
   exactly one ``schedule`` run, it ran, it started within ``tick_slack`` seconds of
   the fire time, and no run exists for an instant that is not a fire time.
@@ -47,6 +49,8 @@ from psycopg.rows import dict_row
 from chaos.app import MAX_RETRIES
 from chaos.fleet import LEASE_TIMEOUT
 
+#: Seconds before a kill within which a recorded start may lack its ledger row.
+KILL_CUT = 1.0
 TERMINAL = ("succeeded", "failed", "cancelled", "partial_failure")
 #: Error types a task's own statements may raise during a database fault (then retried).
 DB_FAULT_TYPES = frozenset(
@@ -105,7 +109,8 @@ class Evidence:
     pid_ends: Mapping[int, float]
     stopped: Sequence[tuple[int, float, float]]
     db_faults: Sequence[tuple[float, float]]
-    unstarted_at_kill: Sequence[tuple[int, str, Sequence[int]]]  # killed pid, its worker id, jobs
+    #: each killed worker: pid, worker id, when (Unix seconds), jobs it held unstarted
+    unstarted_at_kill: Sequence[tuple[int, str, float, Sequence[int]]]
     cron_phases: Sequence[CronPhase]
     cron_window: tuple[float, float]
     schedule: str
@@ -398,33 +403,53 @@ def _attempts(stream: Sequence[dict[str, Any]]) -> Invariant:
     return inv
 
 
+def _start_cut_by_kill(entry: Mapping[str, Any], kills: Mapping[str, float]) -> bool:
+    """Whether a ``lost`` attempt began in the second before its worker was killed: its
+    start was written (a non-idempotent task's before its body, another's by the next
+    heartbeat) but the body's first ledger write had not committed yet."""
+    killed = kills.get(entry.get("worker_id") or "")
+    started = entry.get("started_at")
+    if entry.get("outcome") != "lost" or killed is None or not started:
+        return False
+    at = datetime.fromisoformat(started).timestamp()
+    return killed - KILL_CUT <= at <= killed + 0.2
+
+
 def _unstarted(
     jobs: Sequence[dict[str, Any]], by_job: Mapping[int, list[Execution]], ev: Evidence, findings: Findings
 ) -> Invariant:
     inv = Invariant("unstarted job lost with its worker keeps its attempt")
     index = {j["id"]: j for j in jobs}
+    kills = {worker_id: at for _pid, worker_id, at, _held in ev.unstarted_at_kill}
+    cut = 0
     for job in jobs:
         if job["schedule_name"]:
             continue
         inv.checked += 1
         ran = {(e.attempt, e.worker_id) for e in by_job.get(job["id"], [])}
-        used = [(int(a["attempt"]), a.get("worker_id")) for a in job["attempts"]]
+        used = [(int(a["attempt"]), a.get("worker_id"), a) for a in job["attempts"]]
         if job["status"] == "succeeded":
-            used.append((job["attempt"], job["worker_id"]))
-        for attempt, worker in used:
-            if (attempt, worker) not in ran:
-                inv.fail(f"job {job['id']}: attempt {attempt} on {worker} used without its body starting")
+            used.append((job["attempt"], job["worker_id"], {}))
+        for attempt, worker, entry in used:
+            if (attempt, worker) in ran:
+                continue
+            if _start_cut_by_kill(entry, kills):
+                cut += 1
+                continue
+            inv.fail(f"job {job['id']}: attempt {attempt} on {worker} used without its body starting")
     kept = 0
-    for pid, worker_id, held in ev.unstarted_at_kill:
+    for pid, worker_id, _at, held in ev.unstarted_at_kill:
         for job_id in held:
             held_job = index.get(job_id)
             if held_job is None or any(e.worker_pid == pid for e in by_job.get(job_id, [])):
                 continue  # it started in the instant before the kill: an attempt, rightly
             kept += 1
             inv.checked += 1
-            if any(a.get("worker_id") == worker_id for a in held_job["attempts"]):
+            charged = [a for a in held_job["attempts"] if a.get("worker_id") == worker_id]
+            if any(not _start_cut_by_kill(a, kills) for a in charged):
                 inv.fail(f"job {job_id}, held unstarted by killed worker {worker_id}, lost an attempt")
     findings.notes["unstarted jobs held by killed workers"] = kept
+    findings.notes["starts cut off by a kill before the body's first ledger write"] = cut
     return inv
 
 

@@ -174,7 +174,7 @@ def _run(options: Options, server: PrivatePostgres, log_dir: Path, began: float)
         pid_ends=fleet.pid_ends(),
         stopped=injector.stopped,
         db_faults=injector.restarts + [(f.at, f.at) for f in injector.log if f.kind.startswith("terminate")],
-        unstarted_at_kill=[(f.pid, f.worker_id, f.unstarted_jobs) for f in kills if f.pid is not None],
+        unstarted_at_kill=[(f.pid, f.worker_id, f.at, f.unstarted_jobs) for f in kills if f.pid is not None],
         cron_phases=phases,
         cron_window=(start + 2.0, end),
         schedule=SCHEDULE,

@@ -159,8 +159,11 @@ class Enqueuer:
         return self.landed.get(spec.seq)
 
     def run(self, jobs: Sequence[JobSpec], start: float, stop: threading.Event) -> None:
-        """Write ``jobs`` at ``start`` (Unix seconds) plus each one's offset, until ``stop``."""
+        """Write ``jobs`` at ``start`` (Unix seconds) plus each one's offset. Once ``stop``
+        is set, the jobs already due are still written (a write held up by a fault may
+        have left some behind), the rest are not."""
         for spec in jobs:
-            if stop.wait(max(0.0, start + spec.at - time.time())):
+            wait = start + spec.at - time.time()
+            if wait > 0 and stop.wait(wait):
                 return
             self._write(spec)

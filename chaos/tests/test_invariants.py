@@ -205,6 +205,23 @@ def test_a_late_tick_and_an_overlap_during_a_stop_are_told_apart(dsn: str) -> No
     assert again["cron tick exactly once, on time"].ok
 
 
+def test_a_start_cut_off_by_a_kill_is_not_an_attempt_used_without_a_start(dsn: str) -> None:
+    def lost(worker: str, started: float) -> list[dict[str, Any]]:
+        at = datetime.fromtimestamp(started, UTC).isoformat()
+        return [{"attempt": 1, "outcome": "lost", "worker_id": worker, "started_at": at}]
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(LEDGER_DDL)
+        cut = _job(conn, task="chaos.once", status="failed", history=lost("w9", T0 + 9.7), result=None)
+        early = _job(conn, task="chaos.once", status="failed", history=lost("w9", T0 + 5), result=None)
+        findings = check(conn, _evidence(unstarted_at_kill=[(900, "w9", T0 + 10, [cut, early])]))
+    (inv,) = [i for i in findings.invariants if i.name.startswith("unstarted")]
+    assert [v for v in inv.violations if f"job {early}:" in v] and not [
+        v for v in inv.violations if f"job {cut}:" in v
+    ]
+    assert findings.notes["starts cut off by a kill before the body's first ledger write"] == 1
+
+
 def test_the_plans_depend_on_the_seed_alone() -> None:
     assert plan_faults(7, 600) == plan_faults(7, 600)
     assert plan_faults(7, 600) != plan_faults(8, 600)
