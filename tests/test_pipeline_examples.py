@@ -61,9 +61,20 @@ def test_sample_files_are_ingested_ocrd_indexed_found_and_deleted(dsn: str) -> N
     }
     for name in ("OCR", "index", "fair dispatch", "search 'invoice' in tenant 'acme'", "is gone"):
         assert name in printed
-    # Each document row was written with its job: every upload has both.
+    # Each document row was written with its chain: OCR, taxonomy, index, all succeeded.
     for item in acme.values():
-        assert app.get_job(item.job_id).status is JobStatus.SUCCEEDED
+        for job_id in (item.job_id, item.taxonomy_job_id, item.index_job_id):
+            assert app.get_job(job_id).status is JobStatus.SUCCEEDED
+        taxonomy = app.get_job(item.taxonomy_job_id)
+        assert (taxonomy.trigger, taxonomy.parent_id) == ("dependency", item.job_id)
+    # The taxonomy step wrote each document's type and correspondent to its row.
+    assert outcome["taxonomy"] == {
+        "greetings.txt": ("letter", None),
+        "invoice.pdf": ("invoice", "Example Trading Ltd"),
+        "meeting.eml": ("mail", "Alice Example"),
+        "quarterly-report-scan.png": ("report", None),
+    }
+    assert "taxonomy of tenant 'acme'" in printed
     app.close()
 
 
@@ -82,6 +93,18 @@ def test_without_tesseract_scans_fail_clearly_and_the_rest_works(
     assert scan.error is not None and scan.error["code"] == "OCR_UNAVAILABLE"
     assert "apt-get install" in scan.error["message"]
     assert "OCR_UNAVAILABLE" in printed
+    # The rest of the scan's chain never ran: cancelled by its failed OCR.
+    for job_id in (
+        acme["quarterly-report-scan.png"].taxonomy_job_id,
+        acme["quarterly-report-scan.png"].index_job_id,
+    ):
+        later = app.get_job(job_id)
+        assert later.status is JobStatus.CANCELLED
+        assert later.error is not None and later.error["code"] == "DEPENDENCY_FAILED"
+    taxonomy = outcome["taxonomy"]
+    assert isinstance(taxonomy, dict)
+    assert taxonomy["quarterly-report-scan.png"] == (None, None)
+    assert taxonomy["invoice.pdf"] == ("invoice", "Example Trading Ltd")
     found = outcome["found"]
     assert isinstance(found, dict)
     assert str(acme["invoice.pdf"].document_id) in found["invoice"]

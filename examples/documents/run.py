@@ -1,4 +1,4 @@
-"""Run the document pipeline end to end: ingest → OCR → index → search → delete.
+"""Run the document pipeline end to end: ingest → OCR → taxonomy → index → search → delete.
 
 Usage (from the repository root)::
 
@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+import psycopg
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
@@ -38,7 +39,16 @@ from pgtasks.states import JobStatus
 from pgtasks.worker import Worker, WorkerConfig
 from pgtasks_index import SearchHit
 
-from .app import Upload, allow_folder, delete_document, prepare, reset_tenants, upload, upload_bulk
+from .app import (
+    QUEUES,
+    Upload,
+    allow_folder,
+    delete_document,
+    prepare,
+    reset_tenants,
+    upload,
+    upload_bulk,
+)
 from .app import app as default_app
 from .samples import SAMPLE_QUERIES, make_samples
 
@@ -64,42 +74,33 @@ def _files(folder: Path) -> list[Path]:
 
 
 class Tracker:
-    """Follows OCR jobs and the index jobs they enqueue, through the public job API."""
+    """Follows the OCR jobs and the index jobs at the end of each document's chain,
+    through the public job API."""
 
-    def __init__(self, application: pgtasks.App, ocr_job_ids: Sequence[int]) -> None:
+    def __init__(self, application: pgtasks.App, uploads: Sequence[Upload]) -> None:
         self.app = application
-        self.ocr: dict[int, JobStatus] = dict.fromkeys(ocr_job_ids, JobStatus.QUEUED)
-        self.index: dict[int, JobStatus] = {}
+        self.ocr: dict[int, JobStatus] = {u.job_id: JobStatus.QUEUED for u in uploads}
+        self.index: dict[int, JobStatus] = {u.index_job_id: JobStatus.BLOCKED for u in uploads}
 
     def poll(self) -> None:
-        """Refresh unfinished jobs; learn index jobs from finished OCR jobs."""
-        for job_id, status in list(self.ocr.items()):
-            if status in TERMINAL:
-                continue
-            job = self.app.get_job(job_id)
-            self.ocr[job_id] = job.status
-            if (
-                job.status is JobStatus.SUCCEEDED
-                and isinstance(job.result, dict)
-                and job.result.get("next_job")
-            ):
-                self.index[int(job.result["next_job"])] = JobStatus.QUEUED
-        for job_id, status in list(self.index.items()):
-            if status not in TERMINAL:
-                self.index[job_id] = self.app.get_job(job_id).status
+        """Refresh the jobs that have not finished."""
+        for jobs in (self.ocr, self.index):
+            for job_id, status in list(jobs.items()):
+                if status not in TERMINAL:
+                    jobs[job_id] = self.app.get_job(job_id).status
 
     def counts(self) -> tuple[int, int, int, int]:
-        """(OCR done, OCR total, index done, index total so far)."""
+        """(OCR done, OCR total, index done, index total): an index job a failed OCR
+        cancelled counts as done."""
         ocr_done = sum(s in TERMINAL for s in self.ocr.values())
         index_done = sum(s in TERMINAL for s in self.index.values())
-        ocr_ok = sum(s is JobStatus.SUCCEEDED for s in self.ocr.values())
-        return ocr_done, len(self.ocr), index_done, max(ocr_ok, len(self.index))
+        return ocr_done, len(self.ocr), index_done, len(self.index)
 
     @property
     def finished(self) -> bool:
-        """Every OCR job ended and every index job it started ended."""
-        ocr_done, ocr_total, index_done, _ = self.counts()
-        return ocr_done == ocr_total and index_done == len(self.index)
+        """Every OCR job and every index job ended."""
+        ocr_done, ocr_total, index_done, index_total = self.counts()
+        return ocr_done == ocr_total and index_done == index_total
 
 
 def _wait_with_progress(console: Console, tracker: Tracker, timeout: float) -> None:
@@ -107,7 +108,7 @@ def _wait_with_progress(console: Console, tracker: Tracker, timeout: float) -> N
     deadline = time.monotonic() + timeout
     with Progress(*columns, console=console, transient=False) as progress:
         ocr_bar = progress.add_task("OCR", total=len(tracker.ocr))
-        index_bar = progress.add_task("index", total=None)
+        index_bar = progress.add_task("index", total=len(tracker.index))
         while True:
             tracker.poll()
             ocr_done, _, index_done, index_total = tracker.counts()
@@ -118,6 +119,27 @@ def _wait_with_progress(console: Console, tracker: Tracker, timeout: float) -> N
             if time.monotonic() > deadline:
                 raise TimeoutError(f"jobs still running after {timeout:g} s")
             time.sleep(0.2)
+
+
+def _print_taxonomy(
+    console: Console, application: pgtasks.App, uploads: Sequence[Upload], tenant: str
+) -> dict[str, tuple[str | None, str | None]]:
+    """Print the type and correspondent the taxonomy step wrote to each document row of
+    ``tenant``; returns them by file name."""
+    ids = [u.document_id for u in uploads if u.tenant == tenant]
+    with psycopg.connect(application.database.dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT name, doc_type, correspondent FROM example_docs.documents"
+            " WHERE id = ANY(%s) ORDER BY name",
+            (ids,),
+        ).fetchall()
+    table = Table(title=f"taxonomy of tenant {tenant!r}: type and correspondent, from the text")
+    for column in ("document", "type", "correspondent"):
+        table.add_column(column)
+    for name, doc_type, correspondent in rows:
+        table.add_row(name, doc_type or "(not reached)", correspondent or "")
+    console.print(table)
+    return {name: (doc_type, correspondent) for name, doc_type, correspondent in rows}
 
 
 def _print_failures(console: Console, application: pgtasks.App, uploads: Sequence[Upload]) -> None:
@@ -220,14 +242,15 @@ def run(
 
         # prefetch_multiplier=1: claim only what can start now, so each claim is a fair pick.
         config = WorkerConfig(
-            queues=("ocr", "index"), concurrency=concurrency, prefetch_multiplier=1, poll_interval=0.2
+            queues=QUEUES, concurrency=concurrency, prefetch_multiplier=1, poll_interval=0.2
         )
         worker = Worker(app, config)
         thread = threading.Thread(target=worker.run, name="documents-worker", daemon=True)
         thread.start()
         try:
-            _wait_with_progress(console, Tracker(app, [u.job_id for u in uploads]), timeout)
+            _wait_with_progress(console, Tracker(app, uploads), timeout)
             _print_failures(console, app, uploads)
+            taxonomy = _print_taxonomy(console, app, uploads, BULK_TENANT)
             _print_fairness(console, app, uploads)
             found: dict[str, list[str]] = {}
             for query in queries:
@@ -250,7 +273,7 @@ def run(
             worker.request_stop()
             thread.join(60)
             app.close()
-    return {"uploads": uploads, "found": found, "deleted": deleted}
+    return {"uploads": uploads, "found": found, "deleted": deleted, "taxonomy": taxonomy}
 
 
 def _default_queries(folder: Path | None) -> Sequence[str]:
