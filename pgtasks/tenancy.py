@@ -102,11 +102,15 @@ class TenantScope:
         tenant's rows. Pass it as ``connection=`` to enqueue in the same transaction
         as your own writes.
 
+        Session state the block leaves behind (``SET``, ``SET ROLE``, a session
+        advisory lock, a temporary table) is undone before the connection goes back to
+        the pool, so it never reaches another tenant's request or pgtasks' own statements.
+
         Raises:
             ConnectionFailed: the server cannot be reached.
             DatabaseError: a statement of the block failed (translated).
         """
-        with self.stores.database.transaction() as conn:
+        with self.stores.database.lent_transaction() as conn:
             yield conn
 
     # -- enqueue -------------------------------------------------------------------

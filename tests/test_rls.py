@@ -243,6 +243,23 @@ def test_a_setting_made_in_a_tenants_connection_does_not_reach_the_pools_next_us
                 conn.execute("SELECT 1 / 0")
         with web.database.connection() as conn:
             assert _count_by_tenant(conn) == {}
+        # Any other session state the caller's SQL leaves behind ends with the block too.
+        with web.tenant(A).connection() as conn:
+            conn.execute("SET statement_timeout = 300000")
+            conn.execute("SET search_path = nowhere")
+            conn.execute("SET jit = on")
+            conn.execute("SELECT pg_advisory_lock(4242)")
+            conn.execute("CREATE TEMP TABLE leftover (x int)")
+            pid = conn.info.backend_pid
+        with web.database.connection() as conn:
+            assert conn.info.backend_pid == pid
+            state = conn.execute(
+                "SELECT current_setting('statement_timeout'), current_setting('search_path'),"
+                " current_setting('jit'), (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                " AND pid = pg_backend_pid()), to_regclass('pg_temp.leftover')"
+            ).fetchone()
+        assert state == ("0", '"$user", public', "off", 0, None)
+        assert len(web.tenant(A).list_jobs(limit=500)) == JOBS  # pgtasks' own statements run as before
     finally:
         web.close()
 

@@ -727,6 +727,33 @@ class Database:
             raise translate_error(exc) from exc
 
     @contextmanager
+    def lent_transaction(self) -> Iterator[AnyConnection]:
+        """A transaction on a pooled connection that code outside pgtasks runs its own
+        SQL in (`pgtasks.TenantScope.connection`), committed when the block ends
+        without an error (rolled back otherwise), in this view's tenant's transaction.
+
+        Whatever that code did to the session is undone before the connection goes back
+        to the pool (``session_reset``, then the session set-up again), so the pool's
+        next user (pgtasks' own statements, another tenant's request) does not inherit
+        a ``SET``, a ``SET ROLE``, a session advisory lock or a temporary table: one
+        more round trip, on this path only.
+
+        Raises:
+            DatabaseError: a statement in the block failed (the block's error, translated).
+        """
+        try:
+            with self.connection() as c:
+                try:
+                    with c.transaction(), self._as_tenant(c, pipeline=False, pooled_block=True):
+                        yield c
+                finally:
+                    if not c.closed and c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                        c.execute(QUERIES["session_reset"])
+                        configure_connection(c, self._session)
+        except psycopg.Error as exc:
+            raise translate_error(exc) from exc
+
+    @contextmanager
     def transaction(self, conn: AnyConnection | None = None) -> Iterator[AnyConnection]:
         """A transaction on a pooled connection, or a block inside the caller's transaction.
 
