@@ -70,6 +70,19 @@ CREATE TABLE pgtasks.job_dependencies (
 
 CREATE INDEX job_dependencies_prerequisite_idx ON pgtasks.job_dependencies (prerequisite_id);
 
+-- Delete the edges of dependent p_job_id, which no longer waits. With the owner's rights
+-- (SECURITY DEFINER): the role that runs the completion may be a tenant-facing role of
+-- the row-level security mode (migration 0006), which may not DELETE. The policies still
+-- decide which rows it sees: a tenant's transaction only its own tenant's (the edges of
+-- one dependent are all of its tenant). An edge left behind (a fleet role that is not
+-- the owner and sees through no policy) is harmless: only the edges of blocked jobs are
+-- read.
+CREATE FUNCTION pgtasks.job_dependencies_forget(p_job_id bigint)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    DELETE FROM pgtasks.job_dependencies WHERE job_id = p_job_id;
+$$;
+
 -- The edges of prerequisite p_id, which just ended with p_status (and p_result): resolve
 -- them and move their dependents on. Runs in the transaction that wrote the status. The
 -- dependents it cancels are followed in a loop here, not by the trigger of their own
@@ -117,7 +130,7 @@ BEGIN
             END IF;
             IF dep_status IS DISTINCT FROM 'blocked' THEN
                 -- Cancelled by hand, or purged: nothing waits any more.
-                DELETE FROM pgtasks.job_dependencies x WHERE x.job_id = e.job_id;
+                PERFORM pgtasks.job_dependencies_forget(e.job_id);
                 CONTINUE;
             END IF;
             met := CASE WHEN e.run_on = 'success' THEN done_status = 'succeeded'
@@ -155,7 +168,7 @@ BEGIN
             END IF;
             IF dep_status IS DISTINCT FROM 'blocked' THEN
                 -- The dependent moved on (or is gone, or no longer waits): its edges are done.
-                DELETE FROM pgtasks.job_dependencies x WHERE x.job_id = e.job_id;
+                PERFORM pgtasks.job_dependencies_forget(e.job_id);
             END IF;
         END LOOP;
     END LOOP;
