@@ -400,3 +400,49 @@ def test_a_long_chain_is_cancelled_in_one_completion(
     assert counts == {"failed": 1, "cancelled": 500}
     assert last.job().error["prerequisite_id"] == last.parent.id  # type: ignore[index]
     assert one(conn, "SELECT count(*) FROM pgtasks.job_dependencies") == 0
+
+
+def test_every_path_that_ends_a_prerequisite_moves_its_dependents_on(
+    dapp: pgtasks.App, conn: psycopg.Connection[Any]
+) -> None:
+    """Retries exhausted, the reaper failing a lost non-idempotent job, a requeued retry
+    (not an end: the dependent keeps waiting), a by-hand requeue of the failed prerequisite
+    (its dependents stay cancelled), and a manual requeue of a cancelled dependent."""
+
+    @dapp.task(name="d.flaky", max_retries=1, autoretry_for=(ValueError,), default_retry_delay=0)
+    def flaky() -> None:
+        raise ValueError("again")
+
+    @dapp.task(name="d.once", retry_on_worker_lost=False)
+    def once() -> None: ...
+
+    step = _t(dapp, "d.step")
+    exhausted = flaky.delay()
+    after_exhausted = step.apply_async(("x",), depends_on=[exhausted])
+    run_until_idle(dapp)
+    assert exhausted.status == "failed" and len(exhausted.job().attempts) == 2
+    assert after_exhausted.job().error["code"] == "DEPENDENCY_FAILED"
+
+    lost, retried = once.delay(), flaky.delay()
+    after_lost = step.apply_async(("y",), depends_on=[lost])
+    after_retried = step.apply_async(("z",), depends_on=[retried])
+    conn.execute(
+        "UPDATE pgtasks.jobs SET status = 'running', worker_id = 'gone', attempt = 1,"
+        " started_at = now() - interval '1 hour', heartbeat_at = now() - interval '1 hour'"
+        " WHERE id = ANY(%s)",
+        ([lost.id, retried.id],),
+    )
+    reaped = {r.job_id: r.status for r in dapp.stores.jobs.reap_lost(lease_timeout=60, limit=10)}
+    assert reaped == {lost.id: "failed", retried.id: "queued"}
+    assert after_lost.status == "cancelled"
+    assert after_lost.job().error["message"] == f"prerequisite job {lost.id} ended failed, not succeeded"
+    assert after_retried.status == "blocked"  # a retry is not an end
+
+    # By hand: the failed prerequisite requeued leaves its cancelled dependent as it is;
+    # the dependent requeued by hand runs, without waiting.
+    assert dapp.requeue(lost.id)
+    assert after_lost.status == "cancelled"
+    assert dapp.requeue(after_lost.id)
+    run_until_idle(dapp)
+    assert after_lost.get(timeout=5) == "y"
+    assert after_retried.status == "cancelled"  # flaky's retry failed for good in the end
