@@ -279,6 +279,11 @@ class Settings:
             separated by ``os.pathsep``).
         retention: how long finished jobs are kept (`RetentionPolicy`; from the
             ``PGTASKS_RETENTION*`` variables).
+        history_after: seconds after its finish a job moves from the hot table
+            pgtasks.jobs to pgtasks.job_history (`pgtasks.maintenance.History`, run by
+            every worker; default 3600; 0: at the next pass), or None to keep finished
+            jobs in the hot table (``PGTASKS_HISTORY_AFTER``: seconds, a number with a
+            unit as ``30m``, or ``off``). Readers see moved jobs as before.
 
     Raises:
         ConfigurationError: a field of the wrong type or out of range, naming it and
@@ -295,6 +300,7 @@ class Settings:
     load_entry_points: bool = True
     ocr_roots: tuple[Path, ...] = ()
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    history_after: float | None = 3600.0
 
     def __repr__(self) -> str:
         # The DSN may hold a password (URI user:PASSWORD@, or password=...): masked, so a
@@ -332,6 +338,8 @@ class Settings:
         if not isinstance(self.retention, RetentionPolicy):
             kind = type(self.retention).__name__
             raise ConfigurationError(f"retention must be a RetentionPolicy, got a {kind}")
+        if self.history_after is not None:
+            object.__setattr__(self, "history_after", check_seconds("history_after", self.history_after))
 
     @classmethod
     def from_env(
@@ -371,6 +379,11 @@ class Settings:
         }
         if "retention" not in overrides:
             values["retention"] = RetentionPolicy.from_env(env)
+        history = env.get("PGTASKS_HISTORY_AFTER", "").strip()
+        if "history_after" not in overrides and history:
+            values["history_after"] = (
+                None if history.lower() in _OFF - {"0"} else parse_duration("PGTASKS_HISTORY_AFTER", history)
+            )
         if "prepare_threshold" not in overrides and env.get("PGTASKS_PREPARE_THRESHOLD", "").strip():
             values["prepare_threshold"] = _parse_prepare_threshold(env["PGTASKS_PREPARE_THRESHOLD"])
         switch = env.get("PGTASKS_LISTEN", "").strip().lower()

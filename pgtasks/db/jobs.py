@@ -873,7 +873,13 @@ class JobStore:
         params = {"id": id, "by": by, "now": now, "tenant": self.tenant}
         for _ in range(_UNIQUE_ATTEMPTS):
             try:
-                return self.database.fetch_one("job_requeue", params) is not None
+                # A job moved to the history (migration 0009) comes back to the hot
+                # table first, in the requeue's transaction: refused, it stays there.
+                with self.database.transaction() as conn:
+                    self.database.fetch_one(
+                        "job_history_restore", {"id": id, "tenant": self.tenant}, conn=conn
+                    )
+                    return self.database.fetch_one("job_requeue", params, conn=conn) is not None
             except DatabaseError as exc:
                 if exc.sqlstate != _UNIQUE_VIOLATION:
                     raise

@@ -110,20 +110,24 @@ class RetentionStore:
         after: dt.datetime | None,
         tenant: str | None = None,
         now: Now = None,
+        history: bool = False,
     ) -> RetentionBatch:
         """Delete up to ``limit`` jobs the policy no longer keeps, oldest first, that
         finished at ``after`` or later (None: from the oldest), if no other batch runs
         in the fleet now. ``rules.min_keep`` must not be None. One transaction of two
         statements: ``retention_batch_settings`` (the plan, and no wait for the WAL
-        flush), then ``retention_delete_batch``.
+        flush), then ``retention_delete_batch`` (``history``: from the hot table
+        pgtasks.jobs) or ``retention_delete_history_batch`` (from pgtasks.job_history,
+        where finished jobs move after ``Settings.history_after``).
 
         Raises:
             DatabaseError: the statement failed (nothing deleted).
         """
         params = {**rules.params(), "limit": limit, "after": after, "tenant": tenant, "now": now}
+        query = "retention_delete_history_batch" if history else "retention_delete_batch"
         with self.database.transaction() as conn:
             self.database.fetch_one("retention_batch_settings", conn=conn)
-            row = self.database.fetch_one("retention_delete_batch", params, conn=conn)
+            row = self.database.fetch_one(query, params, conn=conn)
         assert row is not None  # an aggregate without GROUP BY returns one row
         return RetentionBatch(
             leader=bool(row["leader"]),
@@ -138,8 +142,8 @@ class RetentionStore:
     def count(
         self, *, rules: RetentionRules, tenant: str | None = None, now: Now = None
     ) -> list[RetentionCount]:
-        """What `delete_batch` would delete now, per queue, task and status, without
-        deleting anything (an empty list when every rule keeps forever)."""
+        """What `delete_batch` would delete now (from both tables), per queue, task and
+        status, without deleting anything (an empty list when every rule keeps forever)."""
         if rules.min_keep is None:
             return []
         params = {**rules.params(), "tenant": tenant, "now": now}

@@ -2,14 +2,25 @@
 
 `Service` is the base (a thread calling ``run_once()`` every interval); `Reaper`
 recovers the jobs of lost workers; `Retention` deletes finished jobs the retention
-policy no longer keeps. Each service is handed its config and the
-stores it needs, never the application.
+policy no longer keeps; `History` moves finished jobs out of the hot table. Each
+service is handed its config and the stores it needs, never the application.
 """
 
 from __future__ import annotations
 
+from pgtasks.maintenance.history import History, HistoryConfig, HistoryResult
 from pgtasks.maintenance.reaper import Reaper, ReaperConfig, ReaperResult
 from pgtasks.maintenance.retention import Retention, RetentionResult
 from pgtasks.maintenance.service import Service
 
-__all__ = ["Reaper", "ReaperConfig", "ReaperResult", "Retention", "RetentionResult", "Service"]
+__all__ = [
+    "History",
+    "HistoryConfig",
+    "HistoryResult",
+    "Reaper",
+    "ReaperConfig",
+    "ReaperResult",
+    "Retention",
+    "RetentionResult",
+    "Service",
+]

@@ -28,7 +28,7 @@ log = logging.getLogger("pgtasks.maintenance")
 
 @dataclass(frozen=True, slots=True)
 class RetentionResult:
-    """One retention pass.
+    """One retention pass (over the hot table, then the history of finished jobs).
 
     Attributes:
         deleted: jobs deleted, and of them per final status: succeeded, cancelled,
@@ -82,23 +82,31 @@ class Retention(Service):
         if self.rules.min_keep is None:  # everything is kept forever
             return self._done(RetentionResult())
         totals = dict.fromkeys(("deleted", "succeeded", "cancelled", "failed", "partial_failure"), 0)
-        after: dt.datetime | None = None
         batches = 0
         yielded = False
-        while True:
-            batch = self.store.delete_batch(
-                rules=self.rules, limit=self.policy.batch, after=after, tenant=self.tenant, now=self.now
-            )
-            batches += 1
-            if not batch.leader:
-                yielded = True
-                break
-            for key in totals:
-                totals[key] += getattr(batch, key)
-            if batch.deleted < self.policy.batch:
-                break
-            after = batch.last_finished_at
-            if self._stop.wait(self.policy.pause):
+        for history in (False, True):  # the hot table, then the history (migration 0009)
+            after: dt.datetime | None = None
+            while True:
+                batch = self.store.delete_batch(
+                    rules=self.rules,
+                    limit=self.policy.batch,
+                    after=after,
+                    tenant=self.tenant,
+                    now=self.now,
+                    history=history,
+                )
+                batches += 1
+                if not batch.leader:
+                    yielded = True
+                    break
+                for key in totals:
+                    totals[key] += getattr(batch, key)
+                if batch.deleted < self.policy.batch:
+                    break
+                after = batch.last_finished_at
+                if self._stop.wait(self.policy.pause):
+                    break
+            if yielded or self._stop.is_set():
                 break
         result = RetentionResult(**totals, batches=batches, yielded=yielded)
         if result.deleted:

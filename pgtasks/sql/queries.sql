@@ -162,11 +162,18 @@ WHERE unique_key = %(unique_key)s AND status IN ('blocked', 'queued', 'running')
 -- The prerequisites of a job about to be enqueued, among %(ids)s (bigint[]), that exist and
 -- are %(tenant)s's jobs, locked in id order until the enqueue commits: a prerequisite that
 -- finishes meanwhile writes its status after the commit, so its trigger sees the new edges.
--- Changes nothing (an id missing here is refused before any write).
-SELECT id, status FROM pgtasks.jobs
-WHERE id = ANY (%(ids)s::bigint[]) AND tenant = %(tenant)s
-ORDER BY id
-FOR NO KEY UPDATE;
+-- Changes nothing (an id missing here is refused before any write). A prerequisite moved
+-- to the history (migration 0009) is finished for good: it is returned, not locked.
+SELECT id, status FROM (
+    SELECT id, status FROM pgtasks.jobs
+    WHERE id = ANY (%(ids)s::bigint[]) AND tenant = %(tenant)s
+    ORDER BY id
+    FOR NO KEY UPDATE
+) hot
+UNION ALL
+SELECT h.id, h.status FROM pgtasks.job_history h
+WHERE h.id = ANY (%(ids)s::bigint[]) AND h.tenant = %(tenant)s
+ORDER BY id;
 
 -- name: job_block
 -- Make the job just inserted (queued, in this transaction) wait for %(prerequisites)s
@@ -180,7 +187,9 @@ SELECT pgtasks.job_block(%(id)s, %(prerequisites)s::bigint[], %(run_on)s, %(on_f
 -- The prerequisites a blocked job still has edges to, in their order: id, the outcome
 -- recorded when it finished (NULL: not yet), and its status now (NULL: no such job any
 -- more). %(tenant)s as job_get.
-SELECT d.prerequisite_id AS id, d.position, d.run_on, d.outcome, p.status
+SELECT d.prerequisite_id AS id, d.position, d.run_on, d.outcome,
+       coalesce(p.status, (SELECT h.status FROM pgtasks.job_history h WHERE h.id = d.prerequisite_id))
+           AS status
 FROM pgtasks.job_dependencies d
 LEFT JOIN pgtasks.jobs p ON p.id = d.prerequisite_id
 WHERE d.job_id = %(id)s AND (%(tenant)s::text IS NULL OR d.tenant = %(tenant)s)
@@ -194,11 +203,18 @@ ORDER BY d.position;
 -- One job by id, every column. %(tenant)s NULL: any tenant's (the operator's view);
 -- else only that tenant's, so another tenant's id reads as no job at all, by the same
 -- primary-key lookup (the tenant is a filter on the one row found, not a second query).
-SELECT * FROM pgtasks.jobs WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
+-- A finished job may have moved to the history (migration 0009): one statement reads both
+-- tables in one snapshot, and a move is one transaction, so the job is found exactly once.
+SELECT * FROM pgtasks.jobs WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+UNION ALL
+SELECT * FROM pgtasks.job_history WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- name: job_status
--- Status, result and error of one job (what AsyncResult polls); %(tenant)s as job_get.
-SELECT id, status, result, error FROM pgtasks.jobs WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
+-- Status, result and error of one job (what AsyncResult polls); %(tenant)s and the
+-- history as job_get.
+SELECT id, status, result, error FROM pgtasks.jobs WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+UNION ALL
+SELECT id, status, result, error FROM pgtasks.job_history WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- name: job_explain
 -- Why a job is where it is (pgtasks.jobadmin.explain): the job's state, and for a queued job
@@ -214,6 +230,12 @@ j AS (
            started_at, finished_at, attempt, max_attempts, concurrency_key, concurrency_limit,
            rate_key, rate_limit
     FROM pgtasks.jobs
+    WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+    UNION ALL  -- a finished job moved to the history (migration 0009): nothing holds it back
+    SELECT id, status, queue, tenant, task_name, priority, run_at, lock_key, worker_id,
+           started_at, finished_at, attempt, max_attempts, concurrency_key, concurrency_limit,
+           rate_key, rate_limit
+    FROM pgtasks.job_history
     WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 ),
 -- Flow control (migration 0008), for a queued job: the slots its concurrency key's jobs
@@ -295,17 +317,36 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) h ON true;
 
+-- fragment: job_listed
+-- The filters of job_list, on the hot table or the history.
+(%(status)s::text IS NULL OR status = %(status)s)
+AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s)
+AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
+AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
+AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
+
 -- name: job_list
 -- Jobs filtered by optional status, queue, task, tenant and creation time in
 -- [%(created_after)s, %(created_before)s) (each NULL: any); newest first, keyset-paginated by id.
-SELECT * FROM pgtasks.jobs
-WHERE (%(status)s::text IS NULL OR status = %(status)s)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s)
-  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-  AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
-  AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
-  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
+-- The hot table and the history (migration 0009), one page of each merged in id order; the
+-- history is not read at all for an unfinished status.
+SELECT * FROM (
+    (SELECT * FROM pgtasks.jobs
+     WHERE
+        -- include: job_listed
+     ORDER BY id DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT * FROM pgtasks.job_history
+     WHERE (%(status)s::text IS NULL
+            OR %(status)s::text IN ('succeeded', 'failed', 'cancelled', 'partial_failure'))
+       AND
+        -- include: job_listed
+     ORDER BY id DESC
+     LIMIT %(limit)s)
+) j
 ORDER BY id DESC
 LIMIT %(limit)s;
 
@@ -1156,9 +1197,16 @@ AND finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => 
 AND (%(status)s::text IS NULL OR status = %(status)s)
 
 -- name: job_purge_finished
--- Delete finished jobs older than a cutoff (bounded batch); returns how many went. The
--- batch is claimed in a CTE (a sub-select in IN may run once per row and take more).
+-- Delete finished jobs older than a cutoff (bounded batch: up to %(limit)s of the hot table
+-- and as many of the history, migration 0009); returns how many went. The batch is
+-- claimed in a CTE (a sub-select in IN may run once per row and take more).
 WITH doomed AS (
+-- name: job_history_restore
+-- Before a requeue, in its transaction: move job %(id)s back from the history to the hot
+-- table if it is a failed, cancelled or partially failed job there (of %(tenant)s when not
+-- NULL; see pgtasks.job_history_restore in migration 0009); id NULL when it is not.
+SELECT pgtasks.job_history_restore(%(id)s, %(tenant)s::text) AS id;
+
     SELECT id FROM pgtasks.jobs
     WHERE
         -- include: job_purgeable
@@ -1169,14 +1217,19 @@ WITH doomed AS (
     DELETE FROM pgtasks.jobs j USING doomed d WHERE j.id = d.id
     RETURNING 1
 )
-SELECT count(*) AS deleted FROM gone;
+SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM gone_history) AS deleted;
 
 -- name: job_purge_count
--- How many jobs job_purge_finished would delete now (purge --dry-run); changes nothing.
-SELECT count(*) AS jobs FROM pgtasks.jobs
-WHERE
-    -- include: job_purgeable
-;
+-- How many jobs job_purge_finished would delete now (purge --dry-run), in the hot table
+-- and the history; changes nothing.
+SELECT (SELECT count(*) FROM pgtasks.jobs
+        WHERE
+            -- include: job_purgeable
+       )
+       + (SELECT count(*) FROM pgtasks.job_history
+          WHERE
+              -- include: job_purgeable
+         ) AS jobs;
 
 -- ======================================================================
 -- Retention: the policy's deletes of finished jobs (pgtasks.maintenance.Retention)
@@ -1185,6 +1238,16 @@ WHERE
 -- fragment: retention_expired
 -- A finished job (alias j) that the retention policy no longer keeps: it ended more than
 -- the keep time of its most specific rule before %(now)s (default: the database clock).
+), doomed_history AS (
+    SELECT id FROM pgtasks.job_history
+    WHERE
+        -- include: job_purgeable
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), gone_history AS (
+    DELETE FROM pgtasks.job_history j USING doomed_history d WHERE j.id = d.id
+    RETURNING 1
 -- The rules come as four parallel arrays (scope 'task', 'queue' or 'default'; name;
 -- status; seconds, 'Infinity' for forever); a task's rule wins over its queue's, which
 -- wins over the default. %(min_keep)s, the shortest keep time of all rules, bounds the
@@ -1251,8 +1314,11 @@ FROM gone;
 
 -- name: retention_count
 -- What the retention policy would delete now, per queue, task and status (purge --policy
--- --dry-run); changes nothing.
-SELECT j.queue, j.task_name, j.status, count(*) AS jobs FROM pgtasks.jobs j
+-- --dry-run), in the hot table and the history; changes nothing.
+SELECT j.queue, j.task_name, j.status, count(*) AS jobs
+FROM (SELECT queue, task_name, status, tenant, finished_at FROM pgtasks.jobs
+      UNION ALL
+      SELECT queue, task_name, status, tenant, finished_at FROM pgtasks.job_history) j
 WHERE
     -- include: retention_expired
 GROUP BY j.queue, j.task_name, j.status
@@ -1266,6 +1332,33 @@ ORDER BY j.queue, j.task_name, j.status;
 -- Register a worker process (unique id per process start) with its first lease.
 INSERT INTO pgtasks.workers (id, host, pid, queues, concurrency, pool, lease_timeout, lease_expires_at)
 VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s, %(pool)s,
+-- name: retention_delete_history_batch
+-- retention_delete_batch over the history (migration 0009): the same lock, rules, order
+-- and counts. A pass deletes from the hot table, then from the history.
+WITH leader AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock(hashtext('pgtasks.retention')) AS held
+), doomed AS (
+    SELECT j.id, j.status, j.finished_at FROM pgtasks.job_history j
+    WHERE (SELECT held FROM leader)
+      AND j.finished_at >= coalesce(%(after)s::timestamptz, '-infinity')
+      AND
+        -- include: retention_expired
+    ORDER BY j.finished_at
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+), gone AS (
+    DELETE FROM pgtasks.job_history x USING doomed d WHERE x.id = d.id
+    RETURNING d.status, d.finished_at
+)
+SELECT (SELECT held FROM leader) AS leader,
+       count(*) AS deleted,
+       count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+       count(*) FILTER (WHERE status = 'failed') AS failed,
+       count(*) FILTER (WHERE status = 'partial_failure') AS partial_failure,
+       max(finished_at) AS last_finished_at
+FROM gone;
+
         make_interval(secs => %(lease_timeout)s::float8),
         coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease_timeout)s::float8))
 RETURNING started_at, clock_timestamp() AS clock;
@@ -1275,6 +1368,56 @@ RETURNING started_at, clock_timestamp() AS clock;
 -- The database clock it returns keeps the worker's recorded instants on that clock.
 UPDATE pgtasks.workers
 SET last_seen_at = coalesce(%(now)s::timestamptz, now()),
+-- ======================================================================
+-- History: finished jobs moved out of the hot table (migration 0009,
+-- pgtasks.maintenance.History)
+-- ======================================================================
+
+-- name: job_history_move_batch
+-- Move up to %(limit)s jobs that finished more than %(after_seconds)s seconds before
+-- %(now)s (default: the database clock), oldest first, from finish time %(since)s on
+-- (NULL: the oldest), to the history, if no other batch runs in the fleet now (leader
+-- false: another worker's does; nothing moved). One statement: each job is in one table
+-- in every snapshot. Never moved: an unfinished job; a prerequisite with an edge not yet
+-- resolved; a schedule run whose follow-up is not done. Rows taken with SKIP LOCKED (a
+-- requeue or a dependent's enqueue holding one is not waited for; the next pass moves it).
+-- Runs in the transaction retention_batch_settings set up (finish order from
+-- jobs_finished_idx, no wait for the WAL flush: a move lost in a crash is made again).
+WITH leader AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock(hashtext('pgtasks.history')) AS held
+), doomed AS (
+    SELECT j.id FROM pgtasks.jobs j
+    WHERE (SELECT held FROM leader)
+      AND j.status IN ('succeeded', 'failed', 'cancelled', 'partial_failure')
+      AND j.finished_at >= coalesce(%(since)s::timestamptz, '-infinity')
+      AND j.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(after_seconds)s::float8)
+      AND (j.schedule_name IS NULL OR j.followed_up_at IS NOT DISTINCT FROM j.finished_at)
+      AND NOT (j.has_dependents AND EXISTS (
+          SELECT 1 FROM pgtasks.job_dependencies d WHERE d.prerequisite_id = j.id AND d.outcome IS NULL))
+    ORDER BY j.finished_at
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+), moved AS (
+    DELETE FROM pgtasks.jobs x USING doomed d WHERE x.id = d.id
+    RETURNING x.*
+), kept AS (
+    INSERT INTO pgtasks.job_history SELECT * FROM moved
+    RETURNING finished_at
+)
+SELECT (SELECT held FROM leader) AS leader, count(*) AS moved, max(finished_at) AS last_finished_at
+FROM kept;
+
+-- name: job_history_sizes
+-- Where finished jobs are (pgtasks check): finished jobs in the hot table (counted), and
+-- the history's rows as the planner estimates them (a count of a long history would read
+-- all of it), with both tables' sizes on disk in bytes, indexes included.
+SELECT (SELECT count(*) FROM pgtasks.jobs
+        WHERE status IN ('succeeded', 'failed', 'cancelled', 'partial_failure')) AS hot_finished,
+       greatest((SELECT c.reltuples FROM pg_catalog.pg_class c
+                 WHERE c.oid = 'pgtasks.job_history'::regclass), 0)::bigint AS history_estimate,
+       pg_total_relation_size('pgtasks.jobs') AS hot_bytes,
+       pg_total_relation_size('pgtasks.job_history') AS history_bytes;
+
     lease_expires_at = coalesce(%(now)s::timestamptz, now()) + lease_timeout,
     stopping = %(stopping)s
 WHERE id = %(id)s
@@ -1682,16 +1825,25 @@ SELECT ins.id, ins.attempt, ins.run_at, pg_notify('pgtasks_jobs', ins.queue) IS 
 FROM ins;
 
 -- name: schedule_fire_run
--- The run made for one fire time of a schedule, if any.
+-- The run made for one fire time of a schedule, if any (in the hot table or the history).
 SELECT id FROM pgtasks.jobs
 WHERE schedule_name = %(name)s AND scheduled_for = %(scheduled_for)s::timestamptz
   AND trigger = 'schedule';
 
 -- name: schedule_history
--- A schedule's runs, newest first, one page (offset pagination for the CLI's --page).
-SELECT * FROM pgtasks.jobs
-WHERE schedule_name = %(name)s
-  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
+-- A schedule's runs, newest first, one page (offset pagination for the CLI's --page), from
+-- the hot table and the history (migration 0009).
+SELECT * FROM (
+    (SELECT * FROM pgtasks.jobs
+     WHERE schedule_name = %(name)s AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
+     ORDER BY id DESC
+     LIMIT %(limit)s::bigint + %(offset)s::bigint)
+    UNION ALL
+    (SELECT * FROM pgtasks.job_history
+     WHERE schedule_name = %(name)s AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
+     ORDER BY id DESC
+     LIMIT %(limit)s::bigint + %(offset)s::bigint)
+) r
 ORDER BY id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
@@ -1701,6 +1853,10 @@ SELECT id FROM pgtasks.jobs
 WHERE schedule_name IS NOT NULL
   AND status IN ('succeeded', 'failed', 'cancelled', 'partial_failure')
   AND followed_up_at IS DISTINCT FROM finished_at
+WHERE schedule_name = %(name)s AND scheduled_for = %(scheduled_for)s::timestamptz
+  AND trigger = 'schedule'
+UNION ALL
+SELECT id FROM pgtasks.job_history
 ORDER BY finished_at, id
 LIMIT %(limit)s;
 

@@ -45,10 +45,11 @@ from pgtasks.context import (
 )
 from pgtasks.db import CancelRequest, HeldTransaction, JobStore, WorkerStore, text_array_literal
 from pgtasks.db.errors import masked_record
+from pgtasks.db.history import HistoryStore
 from pgtasks.db.retention import RetentionStore
 from pgtasks.db.workers import worker_database
 from pgtasks.errors import ConfigurationError, DatabaseError, TimeLimitExceeded
-from pgtasks.maintenance import Reaper, ReaperConfig, ReaperResult, Retention
+from pgtasks.maintenance import History, HistoryConfig, Reaper, ReaperConfig, ReaperResult, Retention
 from pgtasks.plugins import call_isolated
 from pgtasks.ports import Engine
 from pgtasks.redaction import Redactor
@@ -216,6 +217,11 @@ class Worker:
         # Finished jobs the app's retention policy no longer keeps (Settings.retention).
         policy = app.settings.retention
         self._retention = Retention(RetentionStore(self.database), policy) if policy.enabled else None
+        # Finished jobs out of the hot table after Settings.history_after (migration 0009).
+        after = app.settings.history_after
+        self._history = (
+            None if after is None else History(HistoryStore(self.database), HistoryConfig(after=after))
+        )
         self._watchdog = TimeLimitWatchdog(
             self._held_jobs, on_hard_limit=self._on_hard_limit, soft_in_thread=self.config.pool == "threads"
         )
@@ -268,6 +274,8 @@ class Worker:
         self._reaper.start()
         if self._retention is not None:
             self._retention.start()
+        if self._history is not None:
+            self._history.start()
         self._watchdog.start()
         self._starts.start()
         if self._listener is not None:
@@ -987,6 +995,8 @@ class Worker:
         self._reaper.stop()
         if self._retention is not None:
             self._retention.stop()
+        if self._history is not None:
+            self._history.stop()
         self._heartbeat.stop()
         try:
             if not running:  # else the worker row stays, for its lease to expire
