@@ -546,7 +546,8 @@ class JobEnqueuer:
         """
         conn = check_connection(connection)
         calls = calls if isinstance(calls, list) else list(calls)
-        if any(_has_links(call[3]) for call in calls):
+        # delay_many shares one options mapping: look at each distinct one once.
+        if any(_has_links(o) for o in {id(call[3]): call[3] for call in calls}.values()):
             return self._enqueue_batch_linked(calls, conn)
         # Validated options per (task, options): keyed by content, or by identity when an
         # option is unhashable; each entry keeps its options object alive, so an id in a
