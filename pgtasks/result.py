@@ -87,7 +87,8 @@ class AsyncResult:
 
     @property
     def status(self) -> str:
-        """``queued``, ``running``, ``succeeded``, ``failed``, ``cancelled`` or ``partial_failure``."""
+        """``queued``, ``running``, ``succeeded``, ``failed``, ``cancelled`` or ``partial_failure``;
+        ``blocked`` while the job waits for prerequisites (``depends_on``, a chain, a chord)."""
         return self._row().status
 
     state = status  # Celery's other name
