@@ -245,7 +245,7 @@ def _flow_reasons(j: JobSituation) -> list[Reason]:
             Reason(
                 ReasonCode.RATE_LIMITED,
                 f"rate-limited until {j.rate_opens_at.isoformat()} (in {wait:,.1f} s): rate key"
-                f" {j.rate_key!r} took its {j.rate_limit} starts of this window",
+                f" {j.rate_key!r} spaces its starts, {j.rate_limit} per period, and has none free before",
                 {"rate_key": j.rate_key, "until": j.rate_opens_at.isoformat(), "seconds": wait},
             )
         )

@@ -240,7 +240,7 @@ j AS (
 ),
 -- Flow control (migration 0008), for a queued job: the slots its concurrency key's jobs
 -- hold (the counter the claim enforces) and the first running ids (of its own tenant only
--- when scoped); when its rate key's window is full, the instant it ends (both through
+-- when scoped); when its rate key's next start is later than now, that instant (both through
 -- functions a tenant-facing role may call); its tenant's weight and running jobs in the
 -- queue, the running jobs of the queue and the weights of the tenants that have some (with
 -- its own), and whether another tenant has due jobs in the queue (claims share between them).
@@ -270,7 +270,7 @@ f AS (
                 AND (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s)
               ORDER BY r.id LIMIT 10) AS key_running_ids,
         CASE WHEN j.status = 'queued' AND j.rate_key IS NOT NULL
-             THEN pgtasks.rate_window_end(j.rate_key, j.rate_limit, n.t) END AS rate_opens_at,
+             THEN pgtasks.rate_window_end(j.rate_key, n.t) END AS rate_opens_at,
         coalesce((SELECT tw.weight FROM pgtasks.tenant_weights tw
                   WHERE tw.tenant = j.tenant AND tw.queue IN (j.queue, '')
                   ORDER BY tw.queue DESC LIMIT 1), 1)::float8 AS tenant_weight,
@@ -512,7 +512,7 @@ candidates AS (
                       -- the key rather than collide on jobs_lock_running_idx at commit.
                       AND pg_try_advisory_xact_lock(1885828211, hashtext(j.lock_key))))
                   -- Pass over the jobs of a concurrency key at its limit (no slot given
-                  -- back since) and of a rate key whose window is full, so their backlog
+                  -- back since) and of a rate key whose next start is later, so their backlog
                   -- does not take the share of jobs behind it. One key lookup each, only
                   -- for jobs that have such a key.
                   AND (j.concurrency_key IS NULL OR NOT EXISTS (
@@ -522,9 +522,8 @@ candidates AS (
                                           WHERE x.key = k.key)))
                   AND (j.rate_key IS NULL OR NOT EXISTS (
                         SELECT 1 FROM pgtasks.rate_windows w
-                        WHERE w.key = j.rate_key AND w.taken >= j.rate_limit
-                          AND w.window_start + make_interval(secs => w.period)
-                              > coalesce(%(now)s::timestamptz, clock_timestamp())))
+                        WHERE w.key = j.rate_key
+                          AND w.next_at > coalesce(%(now)s::timestamptz, clock_timestamp())))
                 ORDER BY j.run_at, j.id
                 LIMIT (SELECT s.share FROM share s)
                 FOR UPDATE SKIP LOCKED
@@ -581,38 +580,50 @@ rate_wanted AS (
 ),
 clock AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS t),
 rate_fresh AS (
-    -- A key's first window: inserted (in key order, so two claims adding keys never wait
-    -- on each other in a circle); a row another claim added first is left to it.
-    INSERT INTO pgtasks.rate_windows (key, lim, period, window_start, taken, granted)
-    SELECT w.key, w.lim, w.period, k.t, least(w.n, w.lim), least(w.n, w.lim)
+    -- A key's first start, which opens its grid of steps (migration 0008): inserted in key
+    -- order, so two claims adding keys never wait on each other in a circle; a row another
+    -- claim added first is left to it.
+    INSERT INTO pgtasks.rate_windows (key, lim, period, window_start, taken, next_at, granted)
+    SELECT w.key, w.lim, w.period, k.t, 1, k.t + make_interval(secs => w.period / w.lim), 1
     FROM rate_wanted w CROSS JOIN clock k
     ORDER BY w.key
     ON CONFLICT (key) DO NOTHING
     RETURNING key, granted
 ),
 rate_held AS (
-    -- Existing windows, locked; one another claim holds is passed over, not waited for
+    -- Existing rows, locked; one another claim holds is passed over, not waited for
     -- (its jobs wait for a later claim), so claims never queue behind one another.
-    SELECT w.key FROM pgtasks.rate_windows w
+    SELECT w.key, w.lim, w.period, w.window_start, w.taken FROM pgtasks.rate_windows w
     WHERE w.key = ANY(ARRAY(SELECT x.key FROM rate_wanted x))
     FOR UPDATE SKIP LOCKED
 ),
+rate_next AS (
+    -- The step the clock is in (c: starts 0..c may have happened by now); the starts given
+    -- so far, raised to c + 1 - lim when the key fell behind (at most lim to catch up);
+    -- what is free of them goes to the wanted jobs. The row values are the locked,
+    -- newest version's (READ COMMITTED), so no two claims take the same start. A key
+    -- whose limit or period changed starts a new grid now.
+    SELECT h.key, o.origin, o.base + least(x.n, greatest(0, o.c + 1 - o.base)) AS taken,
+           least(x.n, greatest(0, o.c + 1 - o.base))::int AS granted, x.lim, x.period
+    FROM rate_held h
+    JOIN rate_wanted x ON x.key = h.key
+    CROSS JOIN clock k
+    CROSS JOIN LATERAL (
+        SELECT s.origin, s.c, greatest(s.taken, s.c + 1 - x.lim) AS base
+        FROM (SELECT CASE WHEN h.lim = x.lim AND h.period = x.period THEN h.window_start ELSE k.t END
+                         AS origin,
+                     CASE WHEN h.lim = x.lim AND h.period = x.period THEN h.taken ELSE 0 END AS taken,
+                     CASE WHEN h.lim = x.lim AND h.period = x.period
+                          THEN floor(extract(epoch FROM k.t - h.window_start) * x.lim / x.period)::bigint
+                          ELSE 0 END AS c) s
+    ) o
+),
 rate_taken AS (
-    -- Take what the window has left; a window past its end opens anew now. Under READ
-    -- COMMITTED the row is the newest version (the lock's), so no two claims take the same
-    -- start.
     UPDATE pgtasks.rate_windows w
-    SET granted = CASE WHEN w.window_start + make_interval(secs => w.period) > k.t
-                       THEN least(x.n, greatest(0, x.lim - w.taken)) ELSE least(x.n, x.lim) END,
-        taken = CASE WHEN w.window_start + make_interval(secs => w.period) > k.t
-                     THEN w.taken + least(x.n, greatest(0, x.lim - w.taken)) ELSE least(x.n, x.lim) END,
-        window_start = CASE WHEN w.window_start + make_interval(secs => w.period) > k.t
-                            THEN w.window_start ELSE k.t END,
-        period = CASE WHEN w.window_start + make_interval(secs => w.period) > k.t
-                      THEN w.period ELSE x.period END,
-        lim = x.lim
-    FROM rate_wanted x CROSS JOIN clock k
-    WHERE w.key = ANY(ARRAY(SELECT h.key FROM rate_held h)) AND x.key = w.key
+    SET window_start = r.origin, taken = r.taken, granted = r.granted, lim = r.lim, period = r.period,
+        next_at = r.origin + make_interval(secs => r.taken * r.period / r.lim)
+    FROM rate_next r
+    WHERE w.key = ANY(ARRAY(SELECT h.key FROM rate_held h)) AND r.key = w.key
     RETURNING w.key, w.granted
 ),
 passed AS (
@@ -735,9 +746,7 @@ WITH candidates AS (
               AND NOT EXISTS (SELECT 1 FROM pgtasks.concurrency_releases x WHERE x.key = k.key)))
       AND (j.rate_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM pgtasks.rate_windows w
-            WHERE w.key = j.rate_key AND w.taken >= j.rate_limit
-              AND w.window_start + make_interval(secs => w.period)
-                  > coalesce(%(now)s::timestamptz, clock_timestamp())))
+            WHERE w.key = j.rate_key AND w.next_at > coalesce(%(now)s::timestamptz, clock_timestamp())))
     FOR UPDATE SKIP LOCKED
 ),
 picked AS (
@@ -766,31 +775,40 @@ rate_wanted AS (
 ),
 clock AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS t),
 rate_fresh AS (
-    INSERT INTO pgtasks.rate_windows (key, lim, period, window_start, taken, granted)
-    SELECT w.key, w.lim, w.period, k.t, least(w.n, w.lim), least(w.n, w.lim)
+    INSERT INTO pgtasks.rate_windows (key, lim, period, window_start, taken, next_at, granted)
+    SELECT w.key, w.lim, w.period, k.t, 1, k.t + make_interval(secs => w.period / w.lim), 1
     FROM rate_wanted w CROSS JOIN clock k
     ORDER BY w.key
     ON CONFLICT (key) DO NOTHING
     RETURNING key, granted
 ),
 rate_held AS (
-    SELECT w.key FROM pgtasks.rate_windows w
+    SELECT w.key, w.lim, w.period, w.window_start, w.taken FROM pgtasks.rate_windows w
     WHERE w.key = ANY(ARRAY(SELECT x.key FROM rate_wanted x))
     FOR UPDATE SKIP LOCKED
 ),
+rate_next AS (
+    SELECT h.key, o.origin, o.base + least(x.n, greatest(0, o.c + 1 - o.base)) AS taken,
+           least(x.n, greatest(0, o.c + 1 - o.base))::int AS granted, x.lim, x.period
+    FROM rate_held h
+    JOIN rate_wanted x ON x.key = h.key
+    CROSS JOIN clock k
+    CROSS JOIN LATERAL (
+        SELECT s.origin, s.c, greatest(s.taken, s.c + 1 - x.lim) AS base
+        FROM (SELECT CASE WHEN h.lim = x.lim AND h.period = x.period THEN h.window_start ELSE k.t END
+                         AS origin,
+                     CASE WHEN h.lim = x.lim AND h.period = x.period THEN h.taken ELSE 0 END AS taken,
+                     CASE WHEN h.lim = x.lim AND h.period = x.period
+                          THEN floor(extract(epoch FROM k.t - h.window_start) * x.lim / x.period)::bigint
+                          ELSE 0 END AS c) s
+    ) o
+),
 rate_taken AS (
     UPDATE pgtasks.rate_windows w
-    SET granted = CASE WHEN w.window_start + make_interval(secs => w.period) > k.t
-                       THEN least(x.n, greatest(0, x.lim - w.taken)) ELSE least(x.n, x.lim) END,
-        taken = CASE WHEN w.window_start + make_interval(secs => w.period) > k.t
-                     THEN w.taken + least(x.n, greatest(0, x.lim - w.taken)) ELSE least(x.n, x.lim) END,
-        window_start = CASE WHEN w.window_start + make_interval(secs => w.period) > k.t
-                            THEN w.window_start ELSE k.t END,
-        period = CASE WHEN w.window_start + make_interval(secs => w.period) > k.t
-                      THEN w.period ELSE x.period END,
-        lim = x.lim
-    FROM rate_wanted x CROSS JOIN clock k
-    WHERE w.key = ANY(ARRAY(SELECT h.key FROM rate_held h)) AND x.key = w.key
+    SET window_start = r.origin, taken = r.taken, granted = r.granted, lim = r.lim, period = r.period,
+        next_at = r.origin + make_interval(secs => r.taken * r.period / r.lim)
+    FROM rate_next r
+    WHERE w.key = ANY(ARRAY(SELECT h.key FROM rate_held h)) AND r.key = w.key
     RETURNING w.key, w.granted
 ),
 passed AS (
@@ -875,7 +893,7 @@ ORDER BY c.claim_order;
 -- (many tenants or priorities) it falls back to the aggregate over every queued entry.
 -- Only jobs of %(tasks)s unless NULL (the claim's filter): an idle worker is not woken for
 -- jobs it leaves to others; each probe then passes over their entries (a row read each).
--- opens_at: the earliest end of a full rate window that queued jobs of these queues wait
+-- opens_at: the earliest next start of a rate key that queued jobs of these queues wait
 -- on (pgtasks.rate_windows: one row per rate key), or NULL; the worker wakes then.
 WITH RECURSIVE groups AS (
     SELECT f.queue, f.tenant, f.priority, f.run_at, 1 AS n
@@ -917,10 +935,9 @@ SELECT CASE WHEN max(g.n) >= %(max_groups)s
                     AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[])))
             ELSE min(g.run_at) END AS run_at,
        coalesce(%(now)s::timestamptz, now()) AS now,
-       (SELECT min(w.window_start + make_interval(secs => w.period))
+       (SELECT min(w.next_at)
         FROM pgtasks.rate_windows w
-        WHERE w.taken >= w.lim
-          AND w.window_start + make_interval(secs => w.period) > coalesce(%(now)s::timestamptz, now())
+        WHERE w.next_at > coalesce(%(now)s::timestamptz, now())
           AND EXISTS (SELECT 1 FROM pgtasks.jobs j
                       WHERE j.status = 'queued' AND j.rate_key = w.key
                         AND j.queue = ANY(%(queues)s::text[]))) AS opens_at

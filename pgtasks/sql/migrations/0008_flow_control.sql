@@ -22,7 +22,7 @@ ALTER TABLE pgtasks.jobs
 CREATE INDEX jobs_concurrency_running_idx ON pgtasks.jobs (concurrency_key, id)
     WHERE status = 'running' AND concurrency_key IS NOT NULL;
 
--- Whether queued jobs wait on a full rate window (the idle worker's next wake-up).
+-- Whether queued jobs wait on their rate key's next start (the idle worker's next wake-up).
 CREATE INDEX jobs_rate_queued_idx ON pgtasks.jobs (rate_key, queue)
     WHERE status = 'queued' AND rate_key IS NOT NULL;
 
@@ -83,15 +83,20 @@ CREATE TRIGGER jobs_concurrency_release_deleted
     WHEN (OLD.status = 'running' AND OLD.concurrency_key IS NOT NULL)
     EXECUTE FUNCTION pgtasks.concurrency_release();
 
--- One window per rate key: a window opens at the first claim after the last one closed and
--- lasts period seconds; claims take at most lim starts in it (taken). Written only by
+-- One row per rate key: a limit of lim starts per period seconds spaces the starts one
+-- step (period / lim) apart on a grid that begins at the key's first claim (window_start):
+-- start number i (from 0) may happen from window_start + i steps on, as Celery's rate
+-- limits space them (a token bucket of one). taken: the starts given so far; next_at: when
+-- the next may happen. A claim that comes late takes the steps it missed, at most lim (a
+-- key idle for long gets at most lim starts at once, then one a step). Written only by
 -- claims, under FOR UPDATE SKIP LOCKED, as the counters.
 CREATE TABLE pgtasks.rate_windows (
     key           text PRIMARY KEY,
     lim           integer NOT NULL CHECK (lim >= 1),
     period        float8 NOT NULL CHECK (period > 0),
     window_start  timestamptz NOT NULL,
-    taken         integer NOT NULL DEFAULT 0 CHECK (taken >= 0),
+    taken         bigint NOT NULL DEFAULT 0 CHECK (taken >= 0),
+    next_at       timestamptz NOT NULL,
     granted       integer NOT NULL DEFAULT 0
 );
 
@@ -105,12 +110,10 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog AS $$
                        - (SELECT count(*) FROM pgtasks.concurrency_releases r WHERE r.key = $1))::integer
 $$;
 
--- When the full window of a rate key ends, for a job of limit lim, as seen at instant at
--- (NULL: the window is not full, or over).
-CREATE FUNCTION pgtasks.rate_window_end(key text, lim integer, at timestamptz) RETURNS timestamptz
+-- When a rate key's next start may happen, if later than instant at (else NULL).
+CREATE FUNCTION pgtasks.rate_window_end(key text, at timestamptz) RETURNS timestamptz
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog AS $$
-    SELECT w.window_start + make_interval(secs => w.period) FROM pgtasks.rate_windows w
-    WHERE w.key = $1 AND w.taken >= $2 AND w.window_start + make_interval(secs => w.period) > $3
+    SELECT w.next_at FROM pgtasks.rate_windows w WHERE w.key = $1 AND w.next_at > $2
 $$;
 
 -- Tenant weights for the fair claim: a tenant with due jobs gets a share of claims
