@@ -10,6 +10,7 @@ checks read the two tables with plain SQL, apart from pgtasks' own readers.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -18,8 +19,11 @@ from typing import Any
 import psycopg
 import pytest
 from apps.worker_app import one, rows, workers
+from click.testing import CliRunner
+from test_rls import JOBS, A, B, roles, setup  # noqa: F401 (fixtures)
 
 import pgtasks
+from pgtasks.cli import cli
 from pgtasks.db.history import HistoryStore
 from pgtasks.db.retention import RetentionStore
 from pgtasks.errors import ConfigurationError, JobNotFound
@@ -118,6 +122,20 @@ def test_moved_jobs_read_through_every_api(happ: pgtasks.App, conn: psycopg.Conn
     run_until_idle(happ)
     again = happ.get_job(bad.id)
     assert again.status == "failed" and [a.attempt for a in again.history()] == [1, 2]
+
+    # The command line (no app needed to read jobs), and where finished jobs are.
+    env = {"COLUMNS": "300", "PGTASKS_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    dsn = happ.settings.resolve_dsn()
+    shown = CliRunner().invoke(cli, ["--dsn", dsn, "jobs", "show", str(good[4].id), "--json"], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert (json.loads(shown.output)["status"], json.loads(shown.output)["result"]) == ("succeeded", 8)
+    listed_cli = CliRunner().invoke(
+        cli, ["--dsn", dsn, "jobs", "list", "--status", "succeeded", "--json"], env=env
+    )
+    assert listed_cli.exit_code == 0, listed_cli.output
+    assert len(json.loads(listed_cli.output)) == 21  # the 20 and globex's
+    sizes = HistoryStore(happ.database).sizes()
+    assert sizes.hot_finished == 1 and sizes.history_bytes > 0  # the requeued job and sizes.hot_bytes > 0
 
     # Purge reads both tables: the dry-run count, then the delete.
     assert happ.stores.jobs.purge_count(older_than=0, status=None) == 22
@@ -263,3 +281,36 @@ def test_three_workers_and_the_mover_lose_and_repeat_nothing(
     assert per_job == []
     assert one(conn, "SELECT count(DISTINCT job_id) FROM public.ledger") == 3000
     assert client.get_job(ids[-1]).status == "succeeded"
+
+
+def test_row_level_security_covers_the_history(setup: dict[str, Any]) -> None:  # noqa: F811
+    # test_rls's setup: the mode on, a tenant-facing role "web" granted by `rls grant`,
+    # 20 jobs of each tenant enqueued through its tenant handles.
+    owner, web, ids, dsn = setup["owner"], setup["web"], setup["ids"], setup["dsn"]
+    run_until_idle(owner, queues=["work"])
+    assert History(HistoryStore(owner.database), HistoryConfig(after=0)).run_once().moved == 2 * JOBS
+    a, b = web.tenant(A), web.tenant(B)
+    assert a.get_job(ids[A][3]).result == 3
+    with pytest.raises(JobNotFound):
+        a.get_job(ids[B][3])
+    assert sorted(j.id for j in a.list_jobs(limit=100)) == ids[A]
+    with a.connection() as conn:  # raw SQL of tenant A sees A's moved rows only
+        assert one(conn, "SELECT count(*) FROM pgtasks.job_history") == JOBS
+        assert one(conn, "SELECT count(*) FROM pgtasks.job_history WHERE tenant <> %s", (A,)) == 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE pgtasks.job_history SET status = 'failed', result = NULL, error = '{}'"
+            " WHERE id = ANY(%s)",
+            ([ids[A][0], ids[A][1]],),
+        )
+    # B can move none of A's jobs back, through its handle or the function itself.
+    with pytest.raises(JobNotFound):
+        b.requeue(ids[A][0])
+    with b.connection() as conn:
+        assert one(conn, "SELECT pgtasks.job_history_restore(%s, NULL)", (ids[A][1],)) is None
+    assert a.requeue(ids[A][0]) is True
+    with psycopg.connect(dsn) as conn:
+        assert rows(conn, "SELECT status, tenant FROM pgtasks.jobs WHERE id = %s", (ids[A][0],)) == [
+            ("queued", A)
+        ]
+        assert one(conn, "SELECT count(*) FROM pgtasks.job_history WHERE id = ANY(%s)", (ids[A][:2],)) == 1
