@@ -344,11 +344,20 @@ class JobStore:
         self, *, ids: Sequence[int], tenant: str, conn: AnyConnection | None = None
     ) -> list[int]:
         """Lock the jobs of ``ids`` that exist and are ``tenant``'s until the transaction
-        ends (``job_lock_prerequisites``); returns their ids. Writes nothing, so a caller
-        can refuse a missing id before any write of its transaction.
+        ends (``job_lock_prerequisites``), and those moved to the history (finished for
+        good; not locked); returns their ids. Writes nothing, so a caller can refuse a
+        missing id before any write of its transaction.
         """
         params = {"ids": bigint_array_literal(ids), "tenant": tenant}
-        return [int(r[0]) for r in self.database.fetch_tuples("job_lock_prerequisites", params, conn=conn)]
+        found = [int(r[0]) for r in self.database.fetch_tuples("job_lock_prerequisites", params, conn=conn)]
+        if len(set(found)) < len(set(ids)):
+            # A job the history service moved while this statement waited for its row
+            # lock: gone from the hot table, and in the history after this statement's
+            # snapshot. A second statement (a new snapshot) finds it there.
+            found = [
+                int(r[0]) for r in self.database.fetch_tuples("job_lock_prerequisites", params, conn=conn)
+            ]
+        return found
 
     def block(
         self,
@@ -387,6 +396,8 @@ class JobStore:
         """`lock_prerequisites` on the caller's asyncio connection, in its transaction."""
         params = {"ids": bigint_array_literal(ids), "tenant": tenant}
         rows = await self.database.fetch_all_async("job_lock_prerequisites", params, conn=conn)
+        if len({r["id"] for r in rows}) < len(set(ids)):  # moved meanwhile: see `lock_prerequisites`
+            rows = await self.database.fetch_all_async("job_lock_prerequisites", params, conn=conn)
         return [int(r["id"]) for r in rows]
 
     async def block_async(
@@ -875,11 +886,18 @@ class JobStore:
             try:
                 # A job moved to the history (migration 0009) comes back to the hot
                 # table first, in the requeue's transaction: refused, it stays there.
-                with self.database.transaction() as conn:
-                    self.database.fetch_one(
-                        "job_history_restore", {"id": id, "tenant": self.tenant}, conn=conn
-                    )
-                    return self.database.fetch_one("job_requeue", params, conn=conn) is not None
+                # Twice when the first finds the job in neither table: the history
+                # service moved it meanwhile (its UPDATE waited on the move's lock).
+                for _ in range(2):
+                    with self.database.transaction() as conn:
+                        back = self.database.fetch_one(
+                            "job_history_restore", {"id": id, "tenant": self.tenant}, conn=conn
+                        )
+                        if self.database.fetch_one("job_requeue", params, conn=conn) is not None:
+                            return True
+                    if back is not None and back["id"] is not None:
+                        break
+                return False
             except DatabaseError as exc:
                 if exc.sqlstate != _UNIQUE_VIOLATION:
                     raise
