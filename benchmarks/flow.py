@@ -18,7 +18,7 @@ analyzed (autovacuum off for it: a queue table rarely has fresh statistics), wit
   5 ms; the fairness index of their weight-normalised throughput over ``--seconds``
   (1.0: every tenant got exactly its weight's share).
 
-``--short`` makes every figure small (3,000 jobs, 10 s windows). Prints one line per
+``--short`` makes every figure small (10,000 jobs, 10 s windows). Prints one line per
 figure; writes no report.
 """
 
@@ -110,6 +110,17 @@ def _one(dsn: str, query: str, params: Any = None) -> Any:
     return row[0]
 
 
+def _run_for(dsn: str, seconds: float) -> None:
+    """Wait for the fleet's first start (worker processes take seconds to start on a
+    busy machine), then ``seconds`` more."""
+    deadline = time.monotonic() + 120
+    while not _one(dsn, "SELECT count(started_at) FROM pgtasks.jobs"):
+        if time.monotonic() > deadline:
+            raise RuntimeError("no job started in 120 s")
+        time.sleep(0.1)
+    time.sleep(seconds)
+
+
 def drain(admin_dsn: str, jobs: int, keyed: bool, workers: int, concurrency: int) -> float:
     """Jobs/s of draining ``jobs`` no-op jobs, with or without a concurrency key each."""
     with database(admin_dsn, "keyed" if keyed else "plain") as (dsn, driver, task):
@@ -141,7 +152,7 @@ def weighted(admin_dsn: str, seconds: float, workers: int, concurrency: int) -> 
             task.delay_many([PAUSE] * backlog, tenant=tenant)
         driver.set_tenant_weight("heavy", 3)
         with fleet(dsn, workers, concurrency):
-            time.sleep(seconds + 2)
+            _run_for(dsn, seconds + 1)
         with psycopg.connect(dsn, autocommit=True) as conn:
             rows = conn.execute(
                 "WITH t0 AS (SELECT min(finished_at) AS t FROM pgtasks.jobs WHERE status = 'succeeded')"
@@ -159,7 +170,7 @@ def rated(admin_dsn: str, seconds: float, workers: int, concurrency: int) -> int
     with database(admin_dsn, "rate") as (dsn, _, task):
         task.delay_many([0.0] * int(RATE * seconds * 3), rate_limit=f"{RATE}/s", rate_limit_key="bench")
         with fleet(dsn, workers, concurrency):
-            time.sleep(seconds + 3)
+            _run_for(dsn, seconds + 1)
         return int(
             _one(
                 dsn,
@@ -179,7 +190,7 @@ def jain(admin_dsn: str, seconds: float, workers: int, concurrency: int) -> tupl
             task.delay_many([PAUSE] * backlog, tenant=tenant)
             driver.set_tenant_weight(tenant, weight)
         with fleet(dsn, workers, concurrency):
-            time.sleep(seconds)
+            _run_for(dsn, seconds)
         with psycopg.connect(dsn, autocommit=True) as conn:
             done: dict[str, int] = dict(
                 conn.execute(
@@ -195,14 +206,14 @@ def jain(admin_dsn: str, seconds: float, workers: int, concurrency: int) -> tupl
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments, measure the four figures, print one line each; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.flow", description=__doc__.splitlines()[0])
-    parser.add_argument("--short", action="store_true", help="small sizes: 3,000 jobs, 10 s windows")
-    parser.add_argument("--jobs", type=int, default=None, help="jobs per drain (default 20,000; short 3,000)")
+    parser.add_argument("--short", action="store_true", help="small sizes: 10,000 jobs, 10 s windows")
+    parser.add_argument("--jobs", type=int, default=None, help="jobs per drain (20,000; short 10,000)")
     parser.add_argument("--seconds", type=float, default=None, help="share and rate runs, s (30; short 10)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default %(default)s)")
     parser.add_argument("--concurrency", type=int, default=8, help="threads per worker (default %(default)s)")
     parser.add_argument("--dsn", default=DEFAULT_DSN, help="admin DSN of the PostgreSQL to use")
     args = parser.parse_args(argv)
-    jobs = args.jobs or (3_000 if args.short else 20_000)
+    jobs = args.jobs or (10_000 if args.short else 20_000)
     seconds = args.seconds or (10.0 if args.short else 30.0)
     if jobs < KEYS or seconds < WINDOW or args.workers < 1 or args.concurrency < 1:
         parser.error(f"--jobs must be >= {KEYS}, --seconds >= {WINDOW:g}, --workers and --concurrency >= 1")
