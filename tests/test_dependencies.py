@@ -446,3 +446,29 @@ def test_every_path_that_ends_a_prerequisite_moves_its_dependents_on(
     run_until_idle(dapp)
     assert after_lost.get(timeout=5) == "y"
     assert after_retried.status == "cancelled"  # flaky's retry failed for good in the end
+
+
+def test_only_jobs_with_dependents_fire_the_dependency_trigger(
+    dapp: pgtasks.App, conn: psycopg.Connection[Any], wdsn: str
+) -> None:
+    """The trigger's WHEN clause reads the row alone: an ordinary completion calls no
+    function. Blocked jobs are listed and counted as such."""
+    definition = one(
+        conn,
+        "SELECT pg_get_triggerdef(oid) FROM pg_trigger"
+        " WHERE tgrelid = 'pgtasks.jobs'::regclass AND tgname = 'jobs_dependents_notify'",
+    )
+    assert "AFTER UPDATE OF status" in definition
+    assert "WHEN ((new.has_dependents AND" in definition
+    step = _t(dapp, "d.step")
+    plain = step.delay("plain")
+    a = step.apply_async(("a",), countdown=3600)
+    b = step.apply_async(("b",), depends_on=[a])
+    flags = dict(rows(conn, "SELECT id, has_dependents FROM pgtasks.jobs"))
+    assert flags == {plain.id: False, a.id: True, b.id: False}
+    listed = CliRunner().invoke(
+        cli, ["--dsn", wdsn, "jobs", "list", "--status", "blocked", "--json"], catch_exceptions=False
+    )
+    assert [j["id"] for j in orjson.loads(listed.stdout)] == [b.id]
+    counts = {r["queue"]: r["status"] for r in dapp.queue_stats() if r["status"] == "blocked"}
+    assert counts == {"default": "blocked"}
