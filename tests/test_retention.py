@@ -177,7 +177,10 @@ def _finished(
 
 
 def _count(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute("SELECT count(*) FROM pgtasks.jobs").fetchone()
+    """Jobs in the hot table and the history (where a worker moves finished jobs)."""
+    row = conn.execute(
+        "SELECT (SELECT count(*) FROM pgtasks.jobs) + (SELECT count(*) FROM pgtasks.job_history)"
+    ).fetchone()
     assert row is not None
     return int(row[0])
 
@@ -235,7 +238,10 @@ def test_a_worker_runs_the_retention_service(
         thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
         thread.start()
         eventually(lambda: _count(conn) == 20, timeout=20, message="old successes deleted")
-        statuses = conn.execute("SELECT status, count(*) FROM pgtasks.jobs GROUP BY 1 ORDER BY 1").fetchall()
+        statuses = conn.execute(
+            "SELECT status, count(*) FROM (SELECT status FROM pgtasks.jobs"
+            " UNION ALL SELECT status FROM pgtasks.job_history) j GROUP BY 1 ORDER BY 1"
+        ).fetchall()
         assert statuses == [("failed", 10), ("succeeded", 10)]
     finally:
         worker.request_stop("test")
