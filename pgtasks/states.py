@@ -113,7 +113,7 @@ class ErrorCode(enum.StrEnum):
     UNDECODABLE = "UNDECODABLE"  # its stored args, kwargs, headers or scheduled_for cannot be read
     SECRET_UNAVAILABLE = "SECRET_UNAVAILABLE"  # a secret reference it was given is not set on the worker
     DEPENDENCY_FAILED = "DEPENDENCY_FAILED"  # a prerequisite ended failed, partial_failure or cancelled
-    DEPENDENCY_SUCCEEDED = "DEPENDENCY_SUCCEEDED"  # a link_error callback whose job did not fail
+    DEPENDENCY_NOT_FAILED = "DEPENDENCY_NOT_FAILED"  # a link_error callback, its job not failed
 
 
 TERMINAL: Final = frozenset(

@@ -145,7 +145,7 @@ BEGIN
                     error = jsonb_build_object(
                         'type', 'DependencyFailed',
                         'code', CASE WHEN e.run_on = 'success' THEN 'DEPENDENCY_FAILED'
-                                     ELSE 'DEPENDENCY_SUCCEEDED' END,
+                                     ELSE 'DEPENDENCY_NOT_FAILED' END,
                         'class', 'permanent',
                         'message', 'prerequisite job ' || done_id || ' ended ' || done_status
                             || CASE WHEN e.run_on = 'success' THEN ', not succeeded'
