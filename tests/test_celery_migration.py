@@ -101,10 +101,9 @@ def _pgtasks_results(dsn: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any
     try:
         delayed = tasks.total.apply_async(([5, 7],), countdown=2)
         early = _ready_after(delayed, 0.5)
-        next_step = tasks.invoice_total_with_tax([1000, 234], 19).get(timeout=60)
         return {
             "total": tasks.total.delay([1250, 399, 1]).get(timeout=60),
-            "chain": app.AsyncResult(next_step).get(timeout=60),
+            "chain": tasks.invoice_total_with_tax([1000, 234], 19).get(timeout=60),
             "rate": tasks.fetch_rate.delay("USD", unavailable_for=2).get(timeout=60),
             "report": app.schedules.trigger("nightly-report").get(timeout=60),
             "countdown": (early, delayed.get(timeout=60)),

@@ -9,7 +9,6 @@ Run a worker with ``pgtasks -A examples.celery_migration.pgtasks_version.tasks:a
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import pgtasks
 from examples.celery_migration.rates import RateUnavailable, lookup_rate, render_report
@@ -67,15 +66,8 @@ app.add_periodic_task(
 )
 
 
-# A chain becomes a task that enqueues the next step (the guide's "Differences to
-# know"); its result is the next job's id, whose result is the chain's.
-@app.task(name="invoices.total_then_tax", queue=QUEUE)
-def total_then_tax(amounts: list[int], rate_percent: int) -> int:
-    """``total``, then ``with_tax`` of it as a job of its own; returns that job's id."""
-    return with_tax.delay(sum(amounts), rate_percent).id
-
-
-def invoice_total_with_tax(amounts: list[int], rate_percent: int) -> Any:
-    """The two steps, started; ``.get()`` of the result is the next job's id, and
-    ``app.AsyncResult(id).get()`` the gross amount."""
-    return total_then_tax.delay(amounts, rate_percent)
+# A chain keeps its name and its rule: with_tax gets total's result prepended
+# (docs/workflows.md). The second job waits in the database until the first succeeded.
+def invoice_total_with_tax(amounts: list[int], rate_percent: int) -> pgtasks.AsyncResult:
+    """The chain total -> with_tax, started; its result is the gross amount."""
+    return pgtasks.chain(total.s(amounts), with_tax.s(rate_percent)).apply_async()
