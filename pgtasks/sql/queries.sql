@@ -648,14 +648,17 @@ slots_fresh AS (
     RETURNING key, granted
 ),
 slots_held AS (
-    -- Existing counters, locked, or passed over while another claim holds them (as rate_held).
+    -- Existing counters whose key this claim could take: the advisory lock of migration
+    -- 0008 (class 1885828195), tried, never waited for; a key another claim or an ending
+    -- job holds is passed over (its jobs wait for a later claim). No row lock is written:
+    -- only the holder of a key updates its counter, so the update below never waits.
     SELECT k.key FROM pgtasks.concurrency_keys k
     WHERE k.key = ANY(ARRAY(SELECT w.key FROM slots_wanted w))
-    FOR UPDATE SKIP LOCKED
+      AND pg_try_advisory_xact_lock(1885828195, hashtext(k.key))
 ),
 slots_returned AS (
-    -- The slots jobs gave back since (jobs_concurrency_release): the holder of a counter
-    -- folds them in. A release another claim folded meanwhile is gone (not returned here).
+    -- The slots jobs gave back since (jobs_concurrency_release): the holder of a key folds
+    -- them in. A release another claim folded meanwhile is gone (not returned here).
     DELETE FROM pgtasks.concurrency_releases r
     WHERE r.key = ANY(ARRAY(SELECT h.key FROM slots_held h))
     RETURNING r.key
@@ -833,7 +836,7 @@ slots_fresh AS (
 slots_held AS (
     SELECT k.key FROM pgtasks.concurrency_keys k
     WHERE k.key = ANY(ARRAY(SELECT w.key FROM slots_wanted w))
-    FOR UPDATE SKIP LOCKED
+      AND pg_try_advisory_xact_lock(1885828195, hashtext(k.key))
 ),
 slots_returned AS (
     DELETE FROM pgtasks.concurrency_releases r

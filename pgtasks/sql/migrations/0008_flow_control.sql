@@ -27,9 +27,10 @@ CREATE INDEX jobs_rate_queued_idx ON pgtasks.jobs (rate_key, queue)
     WHERE status = 'queued' AND rate_key IS NOT NULL;
 
 -- One counter per concurrency key: the jobs of the key that claims took (running), less
--- those given back. Claims and ending jobs write a counter row only while holding it
--- through FOR UPDATE SKIP LOCKED, so neither ever waits on a counter, and no two claims
--- take slots from one counter at once.
+-- those given back. Claims and ending jobs update a counter row only while holding its
+-- key's advisory lock (see concurrency_release below), which they try and never wait
+-- for, so neither ever waits on a counter, and no two claims take slots from one counter
+-- at once.
 -- granted: the slots the last claim took, read back by that claim (RETURNING cannot see
 -- the old value on PostgreSQL 14).
 CREATE TABLE pgtasks.concurrency_keys (
@@ -49,22 +50,26 @@ CREATE TABLE pgtasks.concurrency_releases (
 CREATE INDEX concurrency_releases_key_idx ON pgtasks.concurrency_releases (key);
 
 -- A job leaving running gives its slot back: straight to its key's counter when no claim
--- holds it (the common case: one write, no row to fold in later), else as a release row.
--- The counter is locked with SKIP LOCKED, so this never waits and never deadlocks with a
--- claim or with another job's end; a counter this transaction already holds (several
--- jobs of a key in one outcome batch) is its own and is updated.
+-- holds the key (the common case: one write, no row to fold in later), else as a release
+-- row. Who may write a counter row is decided by a transaction-level advisory lock on the
+-- key (class 1885828195, "pgtc"; the key's hashtext), only ever tried, never waited for:
+-- so this never waits and never deadlocks with a claim or with another job's end, and no
+-- row lock is written before the update. A key this transaction holds already (several
+-- jobs of a key in one outcome batch) is its own. A hash shared by two keys only sends a
+-- slot through a release row.
 -- SECURITY DEFINER: a role acting only through tenant handles (row-level security mode)
 -- has no right on these tables, yet may end a job it owns.
 CREATE FUNCTION pgtasks.concurrency_release() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 BEGIN
-    PERFORM 1 FROM pgtasks.concurrency_keys k WHERE k.key = OLD.concurrency_key FOR UPDATE SKIP LOCKED;
-    IF FOUND THEN
+    IF pg_try_advisory_xact_lock(1885828195, hashtext(OLD.concurrency_key)) THEN
         UPDATE pgtasks.concurrency_keys k SET running = greatest(0, k.running - 1)
         WHERE k.key = OLD.concurrency_key;
-    ELSE
-        INSERT INTO pgtasks.concurrency_releases (key) VALUES (OLD.concurrency_key);
+        IF FOUND THEN
+            RETURN NULL;
+        END IF;
     END IF;
+    INSERT INTO pgtasks.concurrency_releases (key) VALUES (OLD.concurrency_key);
     RETURN NULL;
 END
 $$;
