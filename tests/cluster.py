@@ -85,11 +85,19 @@ def require_binaries(*, pgbouncer: bool = False) -> Path:
     return found
 
 
+_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port of 127.0.0.1 free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port of 127.0.0.1 free right now, and not given before by this process (two
+    servers set up together must not get the same one)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def _run(

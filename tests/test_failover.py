@@ -359,7 +359,9 @@ def test_jobs_of_a_claim_whose_reply_was_lost_run_after_the_failover(
                     (worker_id, lost),
                 )
             primary.stop("immediate")
-            time.sleep(2.0)  # the worker's claims fail meanwhile
+            # A claim that fails, as the lost one did (here it waits for a connection
+            # until the pool gives up, 10 s), before the standby takes over.
+            eventually(lambda: "claim failed" in proc.log(), timeout=60, message="a claim failed")
             standby.promote()
             assert app.AsyncResult(lost).get(timeout=60) == 7
             assert "handed back 1 job(s) a claim took whose reply was lost" in proc.log()
@@ -369,3 +371,31 @@ def test_jobs_of_a_claim_whose_reply_was_lost_run_after_the_failover(
             assert one(conn, "SELECT count(*) FROM public.ha_ledger WHERE job_id = %s", (lost,)) == 1
     finally:
         app.close()
+
+
+def test_a_connection_whose_set_up_fails_raises_database_error_and_is_closed(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """`Database.connect` raises `DatabaseError`, and closes the connection, when the
+    set-up of a new connection fails (a server stopping right after accepting it, in a
+    failover): a raw psycopg error there ended the listener's thread, which catches
+    `DatabaseError` and connects again. The set-up here is a statement with a
+    parameter and none given, which psycopg refuses."""
+    from pgtasks.db import Database
+
+    database = Database(dsn, session="job_release")
+    before = one(conn, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+    with pytest.raises(pgtasks.errors.DatabaseError):
+        database.connect()
+
+    async def connect_async() -> None:
+        await database.connect_async()
+
+    with pytest.raises(pgtasks.errors.DatabaseError):
+        asyncio.run(connect_async())
+    eventually(
+        lambda: (
+            one(conn, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()") == before
+        ),
+        message="the connections closed",
+    )

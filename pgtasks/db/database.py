@@ -378,6 +378,8 @@ class Database:
 
         Raises:
             ConnectionFailed: the server cannot be reached.
+            DatabaseError: the connection was lost while it was set up (a server
+                shutting down right after accepting it: transient).
         """
         try:
             conn = psycopg.connect(
@@ -388,7 +390,14 @@ class Database:
             )
         except psycopg.OperationalError as exc:
             raise _connect_failed(self.dsn, exc) from None
-        configure_connection(conn, self._session)
+        try:
+            configure_connection(conn, self._session)
+        except psycopg.Error as exc:  # e.g. the server stopped between connect and set-up
+            conn.close()
+            raise translate_error(exc) from exc
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     async def connect_async(self, *, autocommit: bool = True) -> AnyAsyncConnection:
@@ -397,6 +406,7 @@ class Database:
 
         Raises:
             ConnectionFailed: the server cannot be reached.
+            DatabaseError: the connection was lost while it was set up (transient).
         """
         try:
             conn = await psycopg.AsyncConnection.connect(
@@ -409,6 +419,9 @@ class Database:
             raise _connect_failed(self.dsn, exc) from None
         try:
             await configure_async_connection(conn, self._session)
+        except psycopg.Error as exc:
+            await conn.close()
+            raise translate_error(exc) from exc
         except BaseException:
             await conn.close()
             raise

@@ -86,9 +86,19 @@ class Listener:
             log.exception("handling the %s notification %r failed", channel, payload)
 
     def _connect(self) -> psycopg.Connection[object]:
+        """A connection that LISTENs on both channels.
+
+        Raises:
+            DatabaseError: the connection failed or was lost while it was set up (it
+                is closed).
+        """
         conn = self.database.connect()
-        self.jobs.listen_jobs(conn=conn)
-        self.jobs.listen_cancel(conn=conn)
+        try:
+            self.jobs.listen_jobs(conn=conn)
+            self.jobs.listen_cancel(conn=conn)
+        except BaseException:
+            conn.close()
+            raise
         self.backend_pid = conn.info.backend_pid
         return conn
 

@@ -375,6 +375,8 @@ class Worker:
                 wait = self._wait_if_nothing_due()
                 if wait is not None:
                     polled = not self._wake.wait(wait)
+                    if self._claim_unsure:  # the database answered: hand back now, not at the next claim
+                        self._release_unknown_claims()
                     continue
             polled = False
             claimed = 0
@@ -439,8 +441,9 @@ class Worker:
         while the commit waited for the synchronous standby, which had the WAL already)
         took jobs whose rows never reached this worker: they are ``running`` under its
         live lease, so the reaper leaves them, and nobody runs them until it stops. Once
-        a claim went through again, the jobs this worker holds claimed, unstarted and
-        unknown are handed back (``job_release_unknown``). It waits until no outcome is
+        the database answers again (a claim, or an idle poll's look at what is due), the
+        jobs this worker holds claimed, unstarted and unknown are handed back
+        (``job_release_unknown``). It waits until no outcome is
         pending: the known ids are read first, and a job leaves them only after its
         outcome was queued, so every other running job of this worker is one of those.
         """
