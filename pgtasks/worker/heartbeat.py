@@ -5,6 +5,7 @@ A maintenance service of the shared shape (`pgtasks.maintenance.Service`).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,19 @@ class Heartbeat(Service):
         on_lost: called when the worker row is gone (it was considered dead).
         stopping: returns whether the worker is draining (shown to operators).
         clock: kept on the database clock by every beat (`DatabaseTime`), if given.
+        lease_timeout: the worker's lease in seconds; with it the beat tells when the
+            lease may have lapsed between two beats (``lapsed_at``).
+
+    Attributes:
+        extended_at: ``time.monotonic()`` when the last beat that extended the lease
+            was sent (None before the first): the lease runs at least ``lease_timeout``
+            seconds from then.
+        lapsed_at: ``time.monotonic()`` when the last beat was sent that came
+            ``lease_timeout`` seconds or more after the one before (the process was
+            stopped, the database unreachable, the beat starved): the lease may have
+            expired in between and the reaper may have taken this worker's jobs. The
+            beat extends the lease again without telling that, so the worker asks here.
+            ``-inf`` if it never happened.
     """
 
     name = "heartbeat"
@@ -50,6 +64,7 @@ class Heartbeat(Service):
         stopping: Callable[[], bool],
         *,
         clock: DatabaseTime | None = None,
+        lease_timeout: float | None = None,
     ) -> None:
         super().__init__(interval)
         self.workers = workers
@@ -59,6 +74,9 @@ class Heartbeat(Service):
         self.on_lost = on_lost
         self.stopping = stopping
         self.clock = clock
+        self.lease_timeout = lease_timeout
+        self.extended_at: float | None = None
+        self.lapsed_at = -math.inf
 
     def run_once(self) -> HeartbeatResult:
         """Beat once: extend the lease, then look for cancellation requests."""
@@ -67,8 +85,13 @@ class Heartbeat(Service):
         extended = database_clock is not None
         if database_clock is None:
             self.on_lost()
-        elif self.clock is not None:
-            self.clock.sync(database_clock, sent, time.monotonic())
+        else:
+            last = self.extended_at
+            if last is not None and self.lease_timeout is not None and sent - last >= self.lease_timeout:
+                self.lapsed_at = sent
+            self.extended_at = sent
+            if self.clock is not None:
+                self.clock.sync(database_clock, sent, time.monotonic())
         cancels = self.jobs.cancel_requested(worker_id=self.worker_id)
         for c in cancels:
             self.on_cancel(c.job_id, c.terminate)

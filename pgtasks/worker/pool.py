@@ -34,6 +34,7 @@ class HeldJob:
 
     __slots__ = (
         "cancelled",
+        "claimed_at",
         "due",
         "finished",
         "hard_limit_fired",
@@ -69,6 +70,7 @@ class HeldJob:
         self.soft_limit_fired = False
         self.hard_limit_fired = False
         self.due: float | None = None  # its run-at, Unix seconds on the database clock
+        self.claimed_at = time.monotonic()  # made as its claim returns
         # The task's own writes, committed with its success (TaskContext.transaction).
         self.transaction: HeldTransaction | None = None
 

@@ -196,6 +196,7 @@ class Worker:
             on_lost=self._on_lost,
             stopping=self._stopping.is_set,
             clock=self._clock,
+            lease_timeout=self.config.lease_timeout,
         )
         self._starts = StartRecorder(self._write_starts)
         # Counters served on /metrics (--metrics-port); None: nothing is counted.
@@ -698,9 +699,11 @@ class Worker:
         has its start written now, one statement, before its body runs: the reaper fails
         it ``WORKER_LOST`` rather than run it again. Any other task's start costs no write
         of its own: it goes with the outcome, or with the start recorder's batch
-        (`_write_starts`, `pgtasks.worker.starts`) while the body still runs. If the
-        start cannot be written, or the job is no longer held, the body does not run
-        here (the job is handed back).
+        (`_write_starts`, `pgtasks.worker.starts`) while the body still runs, unless
+        this worker's lease may have lapsed since the job was claimed (`_lease_lapsed`):
+        then the reaper may have handed the job back and another worker may run it, so
+        its start is written first too. If the start cannot be written, or the job is
+        no longer held, the body does not run here (the job is handed back).
         """
         assert held.task is not None and held.started_at is not None
         metrics = self.metrics
@@ -708,7 +711,7 @@ class Worker:
             request = held.request
             wait = None if held.due is None else self._clock.at(held.started_at) - held.due
             metrics.job_started(request.task_name, request.queue, request.tenant, wait)
-        if held.task.options.retry_on_worker_lost:
+        if held.task.options.retry_on_worker_lost and not self._lease_lapsed(held):
             return True
         try:
             held.start_written = self._completer.record_start(held.request, self._clock.at(held.started_at))
@@ -720,6 +723,14 @@ class Worker:
             self._held.pop(held.id, None)
             self._wake.set()
         return held.start_written
+
+    def _lease_lapsed(self, held: HeldJob) -> bool:
+        """Whether this worker's lease may have lapsed since ``held`` was claimed: no
+        beat extended it for a whole lease until now, or a beat since the claim came a
+        whole lease after the one before (`Heartbeat.lapsed_at`)."""
+        beat, now = self._heartbeat, time.monotonic()
+        extended = beat.extended_at if beat.extended_at is not None else held.claimed_at
+        return now - extended >= self.config.lease_timeout or beat.lapsed_at >= held.claimed_at
 
     def _write_starts(self) -> int:
         """Record the starts of held jobs whose body runs and whose start is not yet
