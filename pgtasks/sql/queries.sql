@@ -1544,6 +1544,17 @@ SET jit = off;
 SET jit = off;
 SET plan_cache_mode = force_generic_plan;
 
+-- name: session_reset
+-- Undo what code outside pgtasks did to the session of a pooled connection it was lent
+-- (TenantScope.connection): SET and SET ROLE, LISTEN, session advisory locks, temporary
+-- tables. session_setup runs again after it. RESET ALL puts every setting back to the
+-- connection's defaults, pgtasks.tenant included.
+RESET SESSION AUTHORIZATION;
+RESET ALL;
+UNLISTEN *;
+SELECT pg_advisory_unlock_all();
+DISCARD TEMP;
+
 -- name: clock_now
 -- The database clock (workers never use their own).
 SELECT now() AS now;
@@ -1692,17 +1703,6 @@ SELECT * FROM pgtasks.schedules WHERE name = %(name)s FOR UPDATE;
 
 -- name: schedule_dependency_edges
 -- Every schedule's prerequisites, to refuse dependency cycles.
--- name: session_reset
--- Undo what code outside pgtasks did to the session of a pooled connection it was lent
--- (TenantScope.connection): SET and SET ROLE, LISTEN, session advisory locks, temporary
--- tables. session_setup runs again after it. RESET ALL puts every setting back to the
--- connection's defaults, pgtasks.tenant included.
-RESET SESSION AUTHORIZATION;
-RESET ALL;
-UNLISTEN *;
-SELECT pg_advisory_unlock_all();
-DISCARD TEMP;
-
 SELECT name, after FROM pgtasks.schedules WHERE cardinality(after) > 0;
 
 -- name: schedule_insert
