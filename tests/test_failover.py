@@ -343,7 +343,8 @@ def test_jobs_of_a_claim_whose_reply_was_lost_run_after_the_failover(
     dsn, app = _database_on(primary, standby)
     setup_ledger(dsn)
     try:
-        worker = ["worker", "-c", "2", "--poll-interval", "0.2", "--lease-timeout", "5"]
+        # A lease far longer than the test: the reaper does not step in.
+        worker = ["worker", "-c", "2", "--poll-interval", "0.2", "--lease-timeout", "120"]
         with processes(dsn, tmp_path, worker) as (proc,):
             with psycopg.connect(primary.dsn("test"), autocommit=True) as conn:
                 worker_id = eventually(
