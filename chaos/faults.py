@@ -2,8 +2,8 @@
 
 `plan_faults` turns a seed into the run's fault schedule: kinds, targets (slot
 numbers) and offsets in seconds from the start of the fault period. The same seed
-gives the same plan. Every kind appears at least once, then kinds are drawn by
-weight. The one fault tied to the wall clock, a scheduler killed exactly at a cron
+gives the same plan. Each kind comes once, in an order the seed shuffles, before
+kinds are drawn by weight. The one fault tied to the wall clock, a scheduler killed exactly at a cron
 fire time, is planned per fire time (the first, then every other one).
 
 While the run goes on, the injector keeps the cron schedule's fire times quiet: a
@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -234,6 +234,20 @@ class Injector:
 
     def _note(self, kind: str, target: str, pid: int | None = None, detail: str = "", **extra: Any) -> None:
         self.log.append(Injected(kind, time.time(), target, pid, detail, **extra))
+
+    def timeline(self) -> str:
+        """Every injected fault, one line each (UTC time, kind, target, pid, details)."""
+        lines = []
+        for f in self.log:
+            stamp = datetime.fromtimestamp(f.at, UTC).strftime("%H:%M:%S.%f")[:-3]
+            held = f" held unstarted {list(f.unstarted_jobs)}" if f.unstarted_jobs else ""
+            lines.append(f"{stamp} {f.kind}: {f.target} pid {f.pid} {f.worker_id} {f.detail}{held}".rstrip())
+        for pid, began, resumed in self.stopped:
+            span = " to ".join(
+                datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S.%f")[:-3] for t in (began, resumed)
+            )
+            lines.append(f"pid {pid} stopped {span}")
+        return "\n".join(lines) + "\n"
 
     def _query(self, query: str, params: Any, default: Any) -> Any:
         try:

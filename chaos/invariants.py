@@ -39,7 +39,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -257,6 +257,15 @@ def _end(run: Execution, ev: Evidence) -> float:
     return run.finished if run.finished is not None else ev.pid_ends.get(run.worker_pid, math.inf)
 
 
+def _span(run: Execution, ev: Evidence) -> str:
+    """An execution's start and end as UTC times of day, for a message."""
+
+    def t(x: float) -> str:
+        return "never" if math.isinf(x) else datetime.fromtimestamp(x, UTC).strftime("%H:%M:%S.%f")[:-3]
+
+    return f"{t(run.started)} to {t(_end(run, ev))}"
+
+
 def _lease_lost(a: Execution, b: Execution, a_job: Mapping[str, Any], ev: Evidence) -> bool:
     """Whether execution ``a`` had lost its lease by the time ``b`` started: the reaper
     recorded its attempt lost, its process was stopped meanwhile, or (``a`` handed back
@@ -305,8 +314,9 @@ def _overlap(
                 continue
             both = min(_end(a, ev), b.finished or math.inf) - b.started
             inv.fail(
-                f"job {job['id']}: attempt {a.attempt} (pid {a.worker_pid}) and attempt {b.attempt}"
-                f" (pid {b.worker_pid}) overlapped by {both:.2f} s without a lost lease"
+                f"job {job['id']}: attempt {a.attempt} (pid {a.worker_pid}, {_span(a, ev)}) and attempt"
+                f" {b.attempt} (pid {b.worker_pid}, {_span(b, ev)}) overlapped by {both:.3f} s"
+                " without a lost lease"
             )
     notes["executions overlapping one whose lease was lost"] = overlaps
     return inv

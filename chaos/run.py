@@ -25,7 +25,7 @@ from pathlib import Path
 import psycopg
 
 from chaos.app import LEDGER_DDL, make_app
-from chaos.faults import KILL_SCHEDULER_AT_FIRE, KILL_WORKER, Injector, plan_faults
+from chaos.faults import KILL_SCHEDULER_AT_FIRE, KILL_WORKER, STOP_WORKER, Injector, plan_faults
 from chaos.fleet import Fleet
 from chaos.invariants import CronPhase, Evidence, Findings, check, fire_times, minute_every
 from chaos.server import PrivatePostgres, find_bindir
@@ -131,43 +131,47 @@ def _run(options: Options, server: PrivatePostgres, log_dir: Path, began: float)
     app.schedules.create(SCHEDULE, "chaos.tick", cron, timezone=zone, queue="cron")
     fleet = Fleet(dsn, log_dir, workers=options.workers, concurrency=options.concurrency)
     fleet.start()
-    time.sleep(3.0)  # processes import and register
-    start = time.time()
-    end = start + options.duration
-    change = _change_at(start, options.duration)
-    phases = [
-        CronPhase(0.0, PHASES[0][0], PHASES[0][1], minute_every(PHASES[0][2])),
-        CronPhase(change, PHASES[1][0], PHASES[1][1], minute_every(PHASES[1][2])),
-    ]
-    fires = fire_times(phases, (start + 2.0, end))
-    at_fire = [datetime.fromtimestamp(t, UTC) for i, t in enumerate(fires) if i % 2 == 0]
-    faults = plan_faults(options.seed, options.duration)
-    # A backlog just before each worker kill, so the killed worker holds prefetched jobs.
-    bursts = [f.at - 1.5 for f in faults if f.kind == KILL_WORKER and f.at > 1.5]
-    jobs = plan_jobs(options.seed, options.duration, options.rate, bursts)
-    enqueuer = Enqueuer(app, f"chaos-{options.seed}")
-    fire_instants = [datetime.fromtimestamp(t, UTC) for t in fires]
-    injector = Injector(fleet, server, dsn, fire_instants, at_fire, probe=enqueuer.probe)
-    stop = threading.Event()
-    threads = [
-        threading.Thread(target=injector.run, args=(faults, start, stop)),
-        threading.Thread(target=enqueuer.run, args=(jobs, start, stop)),
-    ]
-    for t in threads:
-        t.start()
     try:
-        if change < end:
-            time.sleep(max(0.0, change - time.time()))
-            _change_schedule(app)
-        time.sleep(max(0.0, end - time.time()))
-    finally:
-        stop.set()
+        time.sleep(3.0)  # processes import and register
+        start = time.time()
+        end = start + options.duration
+        change = _change_at(start, options.duration)
+        phases = [
+            CronPhase(0.0, PHASES[0][0], PHASES[0][1], minute_every(PHASES[0][2])),
+            CronPhase(change, PHASES[1][0], PHASES[1][1], minute_every(PHASES[1][2])),
+        ]
+        fires = fire_times(phases, (start + 2.0, end))
+        at_fire = [datetime.fromtimestamp(t, UTC) for i, t in enumerate(fires) if i % 2 == 0]
+        faults = plan_faults(options.seed, options.duration)
+        # A backlog just before each worker kill or stop, so that worker holds jobs it
+        # claimed ahead: lost with it, or handed back while it is stopped.
+        bursts = [f.at - 1.5 for f in faults if f.kind in (KILL_WORKER, STOP_WORKER) and f.at > 1.5]
+        jobs = plan_jobs(options.seed, options.duration, options.rate, bursts)
+        enqueuer = Enqueuer(app, f"chaos-{options.seed}")
+        fire_instants = [datetime.fromtimestamp(t, UTC) for t in fires]
+        injector = Injector(fleet, server, dsn, fire_instants, at_fire, probe=enqueuer.probe)
+        stop = threading.Event()
+        threads = [
+            threading.Thread(target=injector.run, args=(faults, start, stop)),
+            threading.Thread(target=enqueuer.run, args=(jobs, start, stop)),
+        ]
         for t in threads:
-            t.join(120)
-        injector.finish()
-    drained_at = _drain(dsn, options.drain_timeout)
-    fleet.stop()
-    app.close()
+            t.start()
+        try:
+            if change < end:
+                time.sleep(max(0.0, change - time.time()))
+                _change_schedule(app)
+            time.sleep(max(0.0, end - time.time()))
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(120)
+            injector.finish()
+        drained_at = _drain(dsn, options.drain_timeout)
+        (log_dir / "faults.log").write_text(injector.timeline())
+    finally:
+        fleet.stop()  # on any error too: no process outlives the run
+        app.close()
     kills = [f for f in injector.log if f.pid is not None and f.worker_id]
     evidence = Evidence(
         landed=enqueuer.landed,
