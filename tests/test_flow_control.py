@@ -360,3 +360,24 @@ def test_a_tenant_role_reads_only_its_weight_and_only_its_keys_through_functions
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("SELECT * FROM pgtasks.rate_windows")
     assert second.status == "queued"
+
+
+def test_cost_shares_claims_of_one_job_by_cost(app: pgtasks.App) -> None:
+    """Equal weights, costs 1 and 3, claims of one job each: the dear tenant gets about a
+    quarter of the jobs (the same cost as the cheap one's three quarters), not none."""
+
+    @app.task(name="f.cheap")
+    def cheap(n: int) -> None: ...
+
+    @app.task(name="f.dear", cost=3)
+    def dear(n: int) -> None: ...
+
+    cheap.delay_many(range(400), tenant="cheap")
+    dear.delay_many(range(400), tenant="dear")
+    jobs = app.stores.jobs
+    got: dict[str, int] = {"cheap": 0, "dear": 0}
+    for _ in range(240):
+        (row,) = jobs.claim_batch(queues="{default}", worker_id="w", limit=1, max_tenants=10, fair=True)
+        got[row[8]] += 1  # the tenant (CLAIM_COLUMNS)
+        jobs.succeed_batch(worker_id="w", ids=[row[0]], results_json=["null"])
+    assert 0.12 <= got["dear"] / 240 <= 0.40, got

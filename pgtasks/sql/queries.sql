@@ -537,14 +537,18 @@ ordered AS (
     -- for jobs that have a key).
     -- fair_key: fair, the tenant's cost spent up to and with this job (its turn, when each
     -- job costs 1) over its weight, so first turns of every tenant come before second
-    -- turns; weighted, the job's own cost scaled by the tenant's draw (an exponential
-    -- variate of mean 1), which makes the first job of the claim a tenant's with chance
-    -- weight / cost over the sum of all (lottery scheduling, Waldspurger and Weihl, 1994):
-    -- a claim of one job is as fair over time as a claim of many. Else 0 (priority order).
+    -- turns; weighted (or with a cost other than 1 among the candidates, else a cheap
+    -- tenant's second turn would always come before a dear one's first), the job's own
+    -- cost scaled by the tenant's draw (an exponential variate of mean 1), which makes
+    -- the first job of the claim a tenant's with chance weight / cost over the sum of all
+    -- (lottery scheduling, Waldspurger and Weihl, 1994): a claim of one job is as fair
+    -- over time as a claim of many. Else 0 (priority order).
     SELECT c.id, c.priority, c.run_at, c.concurrency_key, c.concurrency_limit, c.rate_key,
            c.rate_limit, c.rate_period,
            CASE WHEN %(fair)s::boolean
-                THEN (c.spent - c.cost + c.cost * CASE WHEN s.lottery THEN c.draw ELSE 1 END) / c.weight
+                THEN (c.spent - c.cost
+                      + c.cost * CASE WHEN s.lottery OR (SELECT bool_or(d.cost <> 1) FROM candidates d)
+                                      THEN c.draw ELSE 1 END) / c.weight
                 ELSE 0 END AS fair_key
     FROM candidates c CROSS JOIN share s
     WHERE c.lock_key IS NULL OR NOT EXISTS (
