@@ -669,7 +669,9 @@ slots_returned AS (
 ),
 slots_taken AS (
     -- running, less the slots given back, plus what the limit leaves for the wanted jobs.
-    -- As for the windows, the row is its newest version: concurrent claims cannot overshoot.
+    -- Under READ COMMITTED the update reads the row's newest version (that of the last
+    -- holder of the key, committed before this claim got the lock), so concurrent claims
+    -- cannot overshoot.
     UPDATE pgtasks.concurrency_keys k
     SET granted = least(x.n, greatest(0, x.lim - greatest(0, k.running - x.back))),
         running = greatest(0, k.running - x.back)
