@@ -183,3 +183,5 @@ def test_the_settings_past_one_server_come_from_the_environment_and_no_dsn_is_sh
     assert SECRET not in str(info.value)
     with pytest.raises(ConfigurationError, match="read_dsn"):
         pgtasks.Settings(dsn="postgresql:///a", read_dsn="  ")
+    with pytest.raises(ConfigurationError, match="listen"):
+        pgtasks.Settings(dsn="postgresql:///a", listen="no")  # type: ignore[arg-type]
