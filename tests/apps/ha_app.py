@@ -2,8 +2,9 @@
 harness that starts real ``pgtasks`` processes for them.
 
 Processes load this module with ``pgtasks -A tests.apps.ha_app:app ...``; the DSN
-comes from ``PGTASKS_DSN`` (a multi-host DSN, or PgBouncer's), and
-``PGTASKS_PREPARE_THRESHOLD=off`` where a pooler sits in between. The test process
+comes from ``PGTASKS_DSN`` (a multi-host DSN, or PgBouncer's), with
+``PGTASKS_PREPARE_THRESHOLD=off`` and ``PGTASKS_LISTEN=off`` where a pooler sits in
+between. The test process
 builds the same tasks with `make_app`.
 
 The side ledger (`LEDGER_DDL`): ``ha.record`` writes its row inside the task's
@@ -149,7 +150,7 @@ class Process:
         dsn: the DSN it connects with (``PGTASKS_DSN``).
         args: the command and its flags, e.g. ``["worker", "-c", "32", "--no-listen"]``.
         log_path: file receiving the process's output.
-        env: extra environment variables (``PGTASKS_PREPARE_THRESHOLD``).
+        env: extra environment variables (``PGTASKS_PREPARE_THRESHOLD``, ``PGTASKS_LISTEN``).
     """
 
     def __init__(
