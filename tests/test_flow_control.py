@@ -145,9 +145,9 @@ def test_a_job_over_the_rate_waits_and_starts_when_the_window_opens(
         assert reasons[0].code == ReasonCode.RATE_LIMITED, reasons
         assert "rate-limited until" in reasons[0].message
         eventually(lambda: one(conn, "SELECT count(*) FROM public.ledger") == 2, timeout=10)
+        assert first.get(timeout=10) == 1 and second.get(timeout=10) == 2  # written before the workers stop
     gap = one(conn, "SELECT extract(epoch FROM max(started_at) - min(started_at)) FROM public.ledger")
     assert 1.9 <= gap <= 4.0, f"the second job started {gap:.2f}s after the first"
-    assert first.get(timeout=5) == 1 and second.get(timeout=5) == 2
 
 
 # -- tenant weights ---------------------------------------------------------------------------
