@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -23,11 +22,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
 pytest.importorskip("django")
 
-from conftest import _with_db
+from helpers import scratch_database
 
 from pgtasks.errors import ConfigurationError
 from pgtasks.worker import Worker, WorkerConfig
@@ -39,16 +37,8 @@ QUEUES = ("default", "emails")
 @pytest.fixture(scope="module")
 def django_dsn(admin_dsn: str, template_db: str) -> Iterator[str]:
     """The project's database for this module: a clone of the migrated template."""
-    name = f"pgtasks_dj_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template_db)
-            )
-        )
-    yield _with_db(admin_dsn, name)
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with scratch_database(admin_dsn, template=template_db, prefix="pgtasks_dj") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
