@@ -238,8 +238,6 @@ class App:
         except KeyError:
             raise UnknownTask(name) from None
 
-    # -- schedules -----------------------------------------------------------------
-
     def send_task(
         self,
         name: str,
@@ -275,6 +273,8 @@ class App:
     ) -> AsyncResult:
         """`send_task` for asyncio callers; see `pgtasks.Task.apply_async_async`."""
         return await self.get_task(name).apply_async_async(args, kwargs, **options)
+
+    # -- schedules -----------------------------------------------------------------
 
     @cached_property
     def schedules(self) -> Schedules:

@@ -375,9 +375,9 @@ class Worker:
             if polled and not held and not self.config.burst:  # nothing held: limit is the capacity
                 wait = self._wait_if_nothing_due()
                 if wait is not None:
-                    polled = not self._wake.wait(wait)
                     if self._claim_unsure:  # the database answered: hand back now, not at the next claim
                         self._release_unknown_claims()
+                    polled = not self._wake.wait(wait)
                     continue
             polled = False
             claimed = 0
