@@ -1209,6 +1209,12 @@ WHERE id = %(id)s AND status IN ('failed', 'cancelled', 'partial_failure')
   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 RETURNING id, pg_notify('pgtasks_jobs', queue) IS NOT NULL AS notified;
 
+-- name: job_history_restore
+-- Before a requeue, in its transaction: move job %(id)s back from the history to the hot
+-- table if it is a failed, cancelled or partially failed job there (of %(tenant)s when not
+-- NULL; see pgtasks.job_history_restore in migration 0009); id NULL when it is not.
+SELECT pgtasks.job_history_restore(%(id)s, %(tenant)s::text) AS id;
+
 -- name: job_cancel_requested
 -- Running jobs of a worker that someone asked to cancel (and whether to terminate them).
 SELECT id, coalesce((headers ->> 'cancel_terminate')::boolean, false) AS terminate FROM pgtasks.jobs
@@ -1227,12 +1233,6 @@ AND (%(status)s::text IS NULL OR status = %(status)s)
 -- and as many of the history, migration 0009); returns how many went. The batch is
 -- claimed in a CTE (a sub-select in IN may run once per row and take more).
 WITH doomed AS (
--- name: job_history_restore
--- Before a requeue, in its transaction: move job %(id)s back from the history to the hot
--- table if it is a failed, cancelled or partially failed job there (of %(tenant)s when not
--- NULL; see pgtasks.job_history_restore in migration 0009); id NULL when it is not.
-SELECT pgtasks.job_history_restore(%(id)s, %(tenant)s::text) AS id;
-
     SELECT id FROM pgtasks.jobs
     WHERE
         -- include: job_purgeable
@@ -1241,6 +1241,16 @@ SELECT pgtasks.job_history_restore(%(id)s, %(tenant)s::text) AS id;
     FOR UPDATE SKIP LOCKED
 ), gone AS (
     DELETE FROM pgtasks.jobs j USING doomed d WHERE j.id = d.id
+    RETURNING 1
+), doomed_history AS (
+    SELECT id FROM pgtasks.job_history
+    WHERE
+        -- include: job_purgeable
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), gone_history AS (
+    DELETE FROM pgtasks.job_history j USING doomed_history d WHERE j.id = d.id
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM gone_history) AS deleted;
@@ -1264,16 +1274,6 @@ SELECT (SELECT count(*) FROM pgtasks.jobs
 -- fragment: retention_expired
 -- A finished job (alias j) that the retention policy no longer keeps: it ended more than
 -- the keep time of its most specific rule before %(now)s (default: the database clock).
-), doomed_history AS (
-    SELECT id FROM pgtasks.job_history
-    WHERE
-        -- include: job_purgeable
-    ORDER BY finished_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), gone_history AS (
-    DELETE FROM pgtasks.job_history j USING doomed_history d WHERE j.id = d.id
-    RETURNING 1
 -- The rules come as four parallel arrays (scope 'task', 'queue' or 'default'; name;
 -- status; seconds, 'Infinity' for forever); a task's rule wins over its queue's, which
 -- wins over the default. %(min_keep)s, the shortest keep time of all rules, bounds the
@@ -1338,26 +1338,6 @@ SELECT (SELECT held FROM leader) AS leader,
        max(finished_at) AS last_finished_at
 FROM gone;
 
--- name: retention_count
--- What the retention policy would delete now, per queue, task and status (purge --policy
--- --dry-run), in the hot table and the history; changes nothing.
-SELECT j.queue, j.task_name, j.status, count(*) AS jobs
-FROM (SELECT queue, task_name, status, tenant, finished_at FROM pgtasks.jobs
-      UNION ALL
-      SELECT queue, task_name, status, tenant, finished_at FROM pgtasks.job_history) j
-WHERE
-    -- include: retention_expired
-GROUP BY j.queue, j.task_name, j.status
-ORDER BY j.queue, j.task_name, j.status;
-
--- ======================================================================
--- Workers: registration, heartbeat, reaping
--- ======================================================================
-
--- name: worker_register
--- Register a worker process (unique id per process start) with its first lease.
-INSERT INTO pgtasks.workers (id, host, pid, queues, concurrency, pool, lease_timeout, lease_expires_at)
-VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s, %(pool)s,
 -- name: retention_delete_history_batch
 -- retention_delete_batch over the history (migration 0009): the same lock, rules, order
 -- and counts. A pass deletes from the hot table, then from the history.
@@ -1385,15 +1365,18 @@ SELECT (SELECT held FROM leader) AS leader,
        max(finished_at) AS last_finished_at
 FROM gone;
 
-        make_interval(secs => %(lease_timeout)s::float8),
-        coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease_timeout)s::float8))
-RETURNING started_at, clock_timestamp() AS clock;
+-- name: retention_count
+-- What the retention policy would delete now, per queue, task and status (purge --policy
+-- --dry-run), in the hot table and the history; changes nothing.
+SELECT j.queue, j.task_name, j.status, count(*) AS jobs
+FROM (SELECT queue, task_name, status, tenant, finished_at FROM pgtasks.jobs
+      UNION ALL
+      SELECT queue, task_name, status, tenant, finished_at FROM pgtasks.job_history) j
+WHERE
+    -- include: retention_expired
+GROUP BY j.queue, j.task_name, j.status
+ORDER BY j.queue, j.task_name, j.status;
 
--- name: worker_heartbeat
--- Extend a worker's lease; returns nothing when the worker row is gone (it was reaped).
--- The database clock it returns keeps the worker's recorded instants on that clock.
-UPDATE pgtasks.workers
-SET last_seen_at = coalesce(%(now)s::timestamptz, now()),
 -- ======================================================================
 -- History: finished jobs moved out of the hot table (migration 0009,
 -- pgtasks.maintenance.History)
@@ -1444,6 +1427,23 @@ SELECT (SELECT count(*) FROM pgtasks.jobs
        pg_total_relation_size('pgtasks.jobs') AS hot_bytes,
        pg_total_relation_size('pgtasks.job_history') AS history_bytes;
 
+-- ======================================================================
+-- Workers: registration, heartbeat, reaping
+-- ======================================================================
+
+-- name: worker_register
+-- Register a worker process (unique id per process start) with its first lease.
+INSERT INTO pgtasks.workers (id, host, pid, queues, concurrency, pool, lease_timeout, lease_expires_at)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s, %(pool)s,
+        make_interval(secs => %(lease_timeout)s::float8),
+        coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease_timeout)s::float8))
+RETURNING started_at, clock_timestamp() AS clock;
+
+-- name: worker_heartbeat
+-- Extend a worker's lease; returns nothing when the worker row is gone (it was reaped).
+-- The database clock it returns keeps the worker's recorded instants on that clock.
+UPDATE pgtasks.workers
+SET last_seen_at = coalesce(%(now)s::timestamptz, now()),
     lease_expires_at = coalesce(%(now)s::timestamptz, now()) + lease_timeout,
     stopping = %(stopping)s
 WHERE id = %(id)s
@@ -1854,6 +1854,10 @@ FROM ins;
 -- The run made for one fire time of a schedule, if any (in the hot table or the history).
 SELECT id FROM pgtasks.jobs
 WHERE schedule_name = %(name)s AND scheduled_for = %(scheduled_for)s::timestamptz
+  AND trigger = 'schedule'
+UNION ALL
+SELECT id FROM pgtasks.job_history
+WHERE schedule_name = %(name)s AND scheduled_for = %(scheduled_for)s::timestamptz
   AND trigger = 'schedule';
 
 -- name: schedule_history
@@ -1879,10 +1883,6 @@ SELECT id FROM pgtasks.jobs
 WHERE schedule_name IS NOT NULL
   AND status IN ('succeeded', 'failed', 'cancelled', 'partial_failure')
   AND followed_up_at IS DISTINCT FROM finished_at
-WHERE schedule_name = %(name)s AND scheduled_for = %(scheduled_for)s::timestamptz
-  AND trigger = 'schedule'
-UNION ALL
-SELECT id FROM pgtasks.job_history
 ORDER BY finished_at, id
 LIMIT %(limit)s;
 
