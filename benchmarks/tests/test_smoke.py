@@ -48,9 +48,10 @@ FIGURE_SECTIONS = (
 )
 # Further references that only the raw-SQL driver measures.
 REFERENCE_SECTIONS = ("Bulk enqueue, raw multi-row INSERT reference (jobs/s)",)
-# Figures the raw reference does not run (its plain processing is their reference).
+# Figures whose `vs raw` is over another raw figure (raw's plain processing), though raw
+# runs them too (the same mixed work, with the least SQL that does it).
 SUBJECT_SECTIONS = ("Processing mixed work (jobs/s)",)
-UNSUPPORTED = {("raw", "mixed")}
+UNSUPPORTED: set[tuple[str, str]] = set()
 
 pytestmark = pytest.mark.skipif(not DSN, reason="PGTASKS_TEST_DSN is not set")
 
@@ -143,7 +144,7 @@ def test_report_has_a_positive_median_per_figure_and_system(smoke_run: tuple[str
             assert _median(sections[title], system) > 0, (title, system)
     for title in SUBJECT_SECTIONS:
         assert _median(sections[title], "pgtasks") > 0, title
-        assert re.search(r"^\| raw \| n/a \|", sections[title], flags=re.MULTILINE), sections[title]
+        assert _median(sections[title], "raw") > 0, title
 
 
 def test_report_judges_every_claim_path_target(smoke_run: tuple[str, dict[str, object]]) -> None:
