@@ -130,13 +130,13 @@ def test_polls_above_jobs_due_later_ask_when_instead_of_claiming(app: pgtasks.Ap
     later.delay_many(list(range(500)), countdown=3600)
     worker, thread, claims = _watched(app, queues=["idle"], concurrency=2, poll_interval=0.1, listen=False)
     asked: list[float] = []
-    original = worker.jobs.next_run_at
+    original = worker.jobs.next_wake
 
     def recording(*args: Any, **kw: Any) -> Any:  # job_next_run_at
         asked.append(time.monotonic())
         return original(*args, **kw)
 
-    worker.jobs.next_run_at = recording  # type: ignore[method-assign]
+    worker.jobs.next_wake = recording  # type: ignore[method-assign]
     try:
         eventually(lambda: claims, message="first full claim")
         window_start = time.monotonic()
