@@ -413,6 +413,7 @@ class Completer:
                     max_attempts=[r.outcome.max_attempts for r in items],
                     errors=[r.outcome.error for r in items],
                     starts=[r.started for r in items],
+                    attempts=[r.request.attempt for r in items],
                 )
             )
         except (SerializationError, DatabaseError) as exc:
@@ -483,6 +484,7 @@ class Completer:
                         max_attempts=outcome.max_attempts,
                         error=outcome.error,
                         started=started,
+                        attempt=request.attempt,
                     )
                 else:
                     result = getattr(outcome.result, "json", None)
@@ -495,6 +497,7 @@ class Completer:
                         error=outcome.error,
                         result_json=result,
                         started=started,
+                        attempt=request.attempt,
                     )
             except DatabaseError as exc:
                 if not exc.transient:

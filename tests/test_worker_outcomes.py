@@ -51,6 +51,32 @@ def finished(conn: psycopg.Connection[Any], *ids: int) -> bool:
 # -- retries ------------------------------------------------------------------------------
 
 
+def test_an_outcome_write_repeated_after_a_lost_reply_does_not_end_the_next_attempt(
+    app: pgtasks.App, conn: psycopg.Connection[Any]
+) -> None:
+    """A retry written, its reply lost (it committed), the job claimed again by the same
+    worker: the completer's repeat of that write (one by one, after the batch "failed")
+    is of attempt 1 and must change nothing of attempt 2, which runs."""
+    app.task(name="outcome.fenced", max_retries=3)(lambda: None)
+    job_id = app.get_task("outcome.fenced").delay().id
+    claim = (
+        "UPDATE pgtasks.jobs SET status = 'running', attempt = attempt + 1, worker_id = 'w-1',"
+        " started_at = NULL, heartbeat_at = now() WHERE id = %s AND status = 'queued' RETURNING attempt"
+    )
+    jobs = app.stores.jobs
+    error = {"type": "Flaky", "message": "try again", "code": "FLAKY", "class": "transient"}
+    assert one(conn, claim, (job_id,)) == 1
+    assert jobs.retry(id=job_id, worker_id="w-1", delay=0, max_attempts=4, error=error, attempt=1)
+    assert one(conn, claim, (job_id,)) == 2  # the same worker takes it again
+    # The repeats of attempt 1's outcome: refused, attempt 2 still runs.
+    assert not jobs.retry(id=job_id, worker_id="w-1", delay=0, max_attempts=4, error=error, attempt=1)
+    assert not jobs.finish(id=job_id, worker_id="w-1", status="failed", error=error, attempt=1)
+    assert conn.execute(
+        "SELECT status, attempt, jsonb_array_length(attempts) FROM pgtasks.jobs WHERE id = %s", (job_id,)
+    ).fetchone() == ("running", 2, 1)
+    assert jobs.finish(id=job_id, worker_id="w-1", status="failed", error=error, attempt=2)
+
+
 def test_attempt_counts_follow_max_retries_and_reject_is_final(
     client: pgtasks.App, conn: psycopg.Connection[Any], wdsn: str, tmp_path: Path
 ) -> None:

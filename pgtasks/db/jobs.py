@@ -730,18 +730,20 @@ class JobStore:
         error: Mapping[str, Any],
         result_json: str | None = None,
         started: float | None = None,
+        attempt: int | None = None,
         now: Now = None,
     ) -> bool:
         """End a running job ``worker_id`` holds as ``failed``, ``cancelled`` or
         ``partial_failure``; False if it no longer held it. ``started``: when its body
-        started (Unix seconds), None if it never did.
+        started (Unix seconds), None if it never did. ``attempt``: the attempt the
+        outcome is of; the job must still be in it (None: any).
 
         Raises:
             SerializationError: the error record cannot be stored.
         """
         params = {
             "id": id, "worker_id": worker_id, "status": status, "error": dumps(dict(error), "error"),
-            "result": result_json, "started": started, "now": now,
+            "result": result_json, "started": started, "attempt": attempt, "now": now,
         }  # fmt: skip
         return self.database.fetch_one("job_finish", params) is not None
 
@@ -754,18 +756,20 @@ class JobStore:
         max_attempts: int,
         error: Mapping[str, Any],
         started: float | None = None,
+        attempt: int | None = None,
         now: Now = None,
     ) -> bool:
         """Put a running job ``worker_id`` holds back in the queue, due in ``delay``
         seconds, recording the failed attempt (its body started at ``started``, Unix
-        seconds); False if it no longer held it. `retry_batch` of one job.
+        seconds; ``attempt``: which one, as `finish`); False if it no longer held it.
+        `retry_batch` of one job.
 
         Raises:
             SerializationError: the error record cannot be stored.
         """
         applied = self.retry_batch(
             worker_id=worker_id, ids=[id], delays=[delay], max_attempts=[max_attempts],
-            errors=[error], starts=[started], now=now,
+            errors=[error], starts=[started], attempts=[attempt], now=now,
         )  # fmt: skip
         return bool(applied)
 
@@ -778,11 +782,13 @@ class JobStore:
         max_attempts: Sequence[int],
         errors: Sequence[Mapping[str, Any]],
         starts: Sequence[float | None],
+        attempts: Sequence[int | None] | None = None,
         now: Now = None,
     ) -> list[int]:
         """Put running jobs ``worker_id`` holds back in the queue in one statement, each
-        as `retry` would (the sequences run in parallel, one entry per job); returns the
-        ids it still held and requeued.
+        as `retry` would (the sequences run in parallel, one entry per job; ``attempts``:
+        the attempt each retry is of, None for any); returns the ids it still held and
+        requeued.
 
         Raises:
             SerializationError: an error record cannot be stored (nothing is written).
@@ -790,6 +796,7 @@ class JobStore:
         params = {
             "ids": list(ids), "delays": list(delays), "max_attempts": list(max_attempts),
             "errors": [dumps(dict(error), "error") for error in errors], "starts": list(starts),
+            "attempts": list(attempts) if attempts is not None else [None] * len(ids),
             "worker_id": worker_id, "now": now,
         }  # fmt: skip
         return [int(r[0]) for r in self.database.fetch_tuples("job_retry_batch", params)]

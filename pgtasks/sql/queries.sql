@@ -1003,6 +1003,10 @@ SET status = %(status)s, finished_at = coalesce(%(now)s::timestamptz, now()),
         'finished_at', coalesce(%(now)s::timestamptz, now()), 'outcome', %(status)s::text,
         'error', %(error)s::jsonb))
 WHERE id = %(id)s AND status = (SELECT 'running'::text) AND worker_id = %(worker_id)s
+  -- Fenced by the attempt too (NULL: not): a write repeated after its reply was lost,
+  -- when the first had committed and this worker has since claimed the job again,
+  -- must not end the newer attempt.
+  AND (%(attempt)s::integer IS NULL OR attempt = %(attempt)s::integer)
 RETURNING id, finished_at, pg_notify('pgtasks_done', '') IS NOT NULL AS notified;
 
 -- name: job_retry_batch
@@ -1030,8 +1034,11 @@ SET status = 'queued', worker_id = NULL, started_at = NULL, heartbeat_at = NULL,
         'finished_at', coalesce(%(now)s::timestamptz, now()), 'outcome', 'retry',
         'error', v.error))
 FROM unnest(%(ids)s::bigint[], %(delays)s::float8[], %(max_attempts)s::integer[],
-            %(errors)s::jsonb[], %(starts)s::float8[]) AS v(id, delay, max_attempts, error, started)
+            %(errors)s::jsonb[], %(starts)s::float8[], %(attempts)s::integer[])
+     AS v(id, delay, max_attempts, error, started, attempt)
 WHERE j.id = v.id AND j.status = (SELECT 'running'::text) AND j.worker_id = %(worker_id)s
+  -- The attempt each retry is of (NULL: any), as job_finish fences it.
+  AND (v.attempt IS NULL OR j.attempt = v.attempt)
 RETURNING j.id, pg_notify('pgtasks_jobs', j.queue) IS NOT NULL AS notified;
 
 -- name: job_claim_suspects
