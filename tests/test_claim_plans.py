@@ -165,10 +165,13 @@ def test_outcomes_find_the_job_by_its_key_whatever_the_statistics_say(
     job_id = claimed[0]["id"]
     values = {
         "id": job_id, "worker_id": "w-plans", "status": "failed", "error": "{}", "result": None, "now": None,
-        "delay": 1.0, "max_attempts": 1, "progress": '{"done": 1}', "started": None,
+        "delay": 1.0, "max_attempts": 1, "progress": '{"done": 1}', "started": None, "attempt": 1,
     }  # fmt: skip
     # job_retry_batch takes one entry per job in parallel arrays (here one job).
-    batch = {"ids": [job_id], "delays": [1.0], "max_attempts": [1], "errors": ["{}"], "starts": [None]}
+    batch = {
+        "ids": [job_id], "delays": [1.0], "max_attempts": [1], "errors": ["{}"], "starts": [None],
+        "attempts": [1],
+    }  # fmt: skip
     for query in ("job_finish", "job_retry_batch", "job_report_progress"):
         names = _prepare(session, query, app.store.query(query))
         with session.transaction(force_rollback=True):
