@@ -94,6 +94,8 @@ class Completion:
         started, finished: when the body started and ended (Unix seconds, the worker's
             clock), written as the job's ``started_at`` and ``finished_at`` (None: the
             database clock at the write).
+        attempt: the attempt the result is of (None: whichever the worker holds); the
+            write leaves the job alone if it is at another attempt.
     """
 
     job_id: int
@@ -104,6 +106,7 @@ class Completion:
     lock_key: str | None = None
     started: float | None = None
     finished: float | None = None
+    attempt: int | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -289,6 +292,7 @@ class Completer:
                     results_json=[c.result_json for c in items],
                     base=base,
                     spans=spans,
+                    attempts=[c.attempt for c in items],
                 )
                 break
             except DatabaseError as exc:
@@ -324,6 +328,7 @@ class Completer:
                 base=base,
                 spans=spans,
                 conn=conn,
+                attempts=[completion.attempt],
             )
             return bool(ids)
 

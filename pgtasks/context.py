@@ -179,11 +179,13 @@ class JobRuntime(Protocol):
     def is_cancelled(self, job_id: int) -> bool:
         """Whether cancellation of the job was requested."""
 
-    def job_transaction(self, job_id: int) -> HeldTransaction:
-        """The job's transaction, committed with its success (`TaskContext.transaction`).
+    def job_transaction(self, job_id: int, attempt: int) -> HeldTransaction:
+        """The transaction of the job's attempt ``attempt``, committed with its success
+        (`TaskContext.transaction`).
 
         Raises:
             ConfigurationError: this worker cannot hold one (the processes pool).
+            NotOwner: the worker no longer holds that attempt of the job.
         """
 
 
@@ -296,6 +298,8 @@ class TaskContext:
         Raises:
             ConfigurationError: the job runs in the ``processes`` pool, which cannot
                 hold it (use the threads pool for such tasks).
+            NotOwner: the worker no longer holds this attempt (its lease lapsed and
+                the job was claimed again); the attempt's outcome is not written either.
             DatabaseError: no pooled connection within the connect timeout, or a
                 statement failed.
         """
@@ -303,5 +307,5 @@ class TaskContext:
             with self.app.stores.database.transaction() as conn:
                 yield conn
             return
-        with self._runtime.job_transaction(self.request.id).block() as conn:
+        with self._runtime.job_transaction(self.request.id, self.request.attempt).block() as conn:
             yield conn

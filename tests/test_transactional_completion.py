@@ -107,6 +107,42 @@ def test_a_job_taken_away_before_it_returns_keeps_nothing(
     assert _docs(conn, job.id) == []
 
 
+def test_an_attempt_whose_lease_lapsed_cannot_write_into_the_next_attempts_transaction(
+    client: pgtasks.App, wdsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """Attempt 1 waits before its block; the job is taken away from it and the same
+    worker claims it again (attempt 2, also waiting). Attempt 1 then writes and returns:
+    its block must not join attempt 2's transaction, and its success must not be
+    written; attempt 2 commits its own row with its success."""
+    job = client.tasks["w.tx_write_late"].delay("late", hold_flag="late")
+    worker = Worker(
+        client, WorkerConfig(queues=("default",), concurrency=2, poll_interval=0.1, lease_timeout=30)
+    )
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
+    thread.start()
+    waiting = "SELECT array_agg(attempt ORDER BY attempt) FROM public.ledger WHERE job_id = %s"
+    try:
+        eventually(lambda: one(conn, waiting, (job.id,)) == [1])
+        # What the reaper does to a job whose lease ran out: back to the queue, due now.
+        conn.execute(
+            "UPDATE pgtasks.jobs SET status = 'queued', worker_id = NULL, run_at = now() WHERE id = %s",
+            (job.id,),
+        )
+        eventually(lambda: one(conn, waiting, (job.id,)) == [1, 2])
+        raise_flag(wdsn, "late-1")
+        eventually(lambda: worker.processed >= 1)
+        row = "SELECT status, attempt FROM pgtasks.jobs WHERE id = %s"
+        assert conn.execute(row, (job.id,)).fetchone() == ("running", 2)
+        assert _docs(conn, job.id) == []
+        raise_flag(wdsn, "late-2")
+        assert job.get(timeout=30) == "LATE"
+    finally:
+        worker.request_stop("test")
+        thread.join(30)
+    assert _docs(conn, job.id) == [(2, "late")]
+    assert _same_transaction(conn, job.id)
+
+
 def test_kill_9_after_the_block_leaves_no_row_and_the_retry_writes_it_once(
     client: pgtasks.App, wdsn: str, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:

@@ -71,10 +71,15 @@ def test_an_outcome_write_repeated_after_a_lost_reply_does_not_end_the_next_atte
     # The repeats of attempt 1's outcome: refused, attempt 2 still runs.
     assert not jobs.retry(id=job_id, worker_id="w-1", delay=0, max_attempts=4, error=error, attempt=1)
     assert not jobs.finish(id=job_id, worker_id="w-1", status="failed", error=error, attempt=1)
+    assert jobs.succeed_batch(worker_id="w-1", ids=[job_id], results_json=["1"], attempts=[1]) == []
     assert conn.execute(
         "SELECT status, attempt, jsonb_array_length(attempts) FROM pgtasks.jobs WHERE id = %s", (job_id,)
     ).fetchone() == ("running", 2, 1)
-    assert jobs.finish(id=job_id, worker_id="w-1", status="failed", error=error, attempt=2)
+    assert jobs.succeed_batch(worker_id="w-1", ids=[job_id], results_json=["2"], attempts=[2]) == [job_id]
+    assert conn.execute("SELECT status, result FROM pgtasks.jobs WHERE id = %s", (job_id,)).fetchone() == (
+        "succeeded",
+        2,
+    )
 
 
 def test_attempt_counts_follow_max_retries_and_reject_is_final(

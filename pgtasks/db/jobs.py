@@ -699,9 +699,14 @@ class JobStore:
         base: float | None = None,
         now: Now = None,
         conn: AnyConnection | None = None,
+        attempts: Sequence[int | None] | None = None,
     ) -> list[int]:
         """Mark the jobs ``worker_id`` still runs succeeded with their results (JSON
         texts, in the order of ``ids``); returns the ids it completed.
+
+        ``attempts``: for each job, the attempt the result is of (None: any): a job
+        the worker holds at another attempt is left alone, so a write repeated after
+        its reply was lost cannot complete a newer attempt.
 
         ``spans``: for each job in turn, when its body started and when it ended, in
         microseconds after ``base`` (Unix seconds, the worker's clock): its
@@ -718,6 +723,7 @@ class JobStore:
             "base": base,
             "worker_id": worker_id,
             "now": now,
+            "attempts": list(attempts) if attempts is not None else [None] * len(ids),
         }
         return [r[0] for r in self.database.fetch_tuples("job_succeed_batch", params, conn=conn)]
 

@@ -960,11 +960,14 @@ FROM groups g;
 -- floats). So started_at is when the body started (a start written before, by job_start or
 -- job_mark_started, stays) and finished_at when it ended, with no write of their own.
 -- A succeeded job has no error: that of a failed attempt before it stays in its history.
+-- %(attempts)s (integer[], NULL or one entry per job, NULL entries: any) names the attempt
+-- each result is of, as job_finish fences it: a repeat of a write whose reply was lost
+-- cannot complete a newer attempt of the job the same worker claimed since.
 WITH v AS (
-    SELECT i.id, r.result,
+    SELECT i.id, i.attempt, r.result,
            to_timestamp(t.base + t.spans[2 * i.n - 1] / 1000000.0::float8) AS started_at,
            to_timestamp(t.base + t.spans[2 * i.n] / 1000000.0::float8) AS finished_at
-    FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS i(id, n)
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) WITH ORDINALITY AS i(id, attempt, n)
     JOIN jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY AS r(result, n) USING (n)
     CROSS JOIN (SELECT %(spans)s::bigint[] AS spans, %(base)s::float8 AS base) t
 ),
@@ -975,6 +978,7 @@ done AS (
         finished_at = coalesce(%(now)s::timestamptz, v.finished_at, now()), cancel_requested = false
     FROM v
     WHERE j.id = v.id AND j.status = 'running' AND j.worker_id = %(worker_id)s
+      AND (v.attempt IS NULL OR j.attempt = v.attempt)
     RETURNING j.id
 )
 SELECT done.id FROM done

@@ -282,7 +282,7 @@ class _ChildRuntime:
     def is_cancelled(self, job_id: int) -> bool:
         return bool(self.flag.value)
 
-    def job_transaction(self, job_id: int) -> HeldTransaction:
+    def job_transaction(self, job_id: int, attempt: int) -> HeldTransaction:
         """Refused: the parent writes the outcome, so it cannot commit with a
         transaction of this process.
 

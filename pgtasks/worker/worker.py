@@ -48,7 +48,7 @@ from pgtasks.db.errors import masked_record
 from pgtasks.db.history import HistoryStore
 from pgtasks.db.retention import RetentionStore
 from pgtasks.db.workers import worker_database
-from pgtasks.errors import ConfigurationError, DatabaseError, TimeLimitExceeded
+from pgtasks.errors import ConfigurationError, DatabaseError, NotOwner, TimeLimitExceeded
 from pgtasks.maintenance import History, HistoryConfig, Reaper, ReaperConfig, ReaperResult, Retention
 from pgtasks.plugins import call_isolated
 from pgtasks.ports import Engine
@@ -640,6 +640,8 @@ class Worker:
         if task is None:
             self._unknown_task(held)
             return
+        # A job this worker still runs at an older attempt (its lease lapsed, the job
+        # was claimed again) is now this attempt's; the older one's writes are fenced.
         self._held[held.id] = held
         self._pool.submit(held)
 
@@ -667,6 +669,12 @@ class Worker:
         )
 
     # -- running -------------------------------------------------------------------
+
+    def _forget(self, held: HeldJob) -> None:
+        """Drop ``held`` from the held jobs, unless a newer attempt of its job holds
+        the place (claimed again after this one's lease lapsed)."""
+        if self._held.get(held.id) is held:
+            del self._held[held.id]
 
     def _execute(self, held: HeldJob) -> None:
         """Run a held job in a pool thread (the threads pool)."""
@@ -720,7 +728,7 @@ class Worker:
             self._completer.release([held.id], "start not recorded")
         if not held.start_written:
             log.warning("job %s was no longer held by this worker at its start; not run", held.id)
-            self._held.pop(held.id, None)
+            self._forget(held)
             self._wake.set()
         return held.start_written
 
@@ -770,6 +778,7 @@ class Worker:
                     held.request.lock_key,
                     None if held.started_at is None else self._clock.at(held.started_at),
                     self._clock.now(),
+                    held.request.attempt,
                 )
                 if held.transaction is not None and held.transaction.open:
                     self._succeed_in_transaction(held, completion)
@@ -790,7 +799,7 @@ class Worker:
         finally:
             if held.transaction is not None:
                 held.transaction.close()  # what the success did not commit is rolled back
-            self._held.pop(held.id, None)
+            self._forget(held)
             self._count_finished()
             if (
                 len(self._held) <= self._low_water
@@ -917,20 +926,24 @@ class Worker:
         held = self._held.get(job_id)
         return held is not None and held.cancelled
 
-    def job_transaction(self, job_id: int) -> HeldTransaction:
+    def job_transaction(self, job_id: int, attempt: int) -> HeldTransaction:
         """The held job's transaction for its task's writes (`TaskContext.transaction`),
         opened on the app's pool at its first statement; `_finish` commits it with
         the job's success or rolls it back.
 
         Raises:
             ConfigurationError: the processes pool (the task runs in a child process,
-                which cannot hand its transaction to this one), or the job is not held.
+                which cannot hand its transaction to this one).
+            NotOwner: this worker does not hold attempt ``attempt`` of the job (it lost
+                its lease, and the job may have been claimed again).
         """
         if self.config.pool != "threads":
             raise ConfigurationError(TRANSACTION_NEEDS_THREADS)
         held = self._held.get(job_id)
-        if held is None:
-            raise ConfigurationError(f"job {job_id} is not held by this worker")
+        if held is None or held.request.attempt != attempt:
+            # Another attempt holds the job here now: this one lost its lease and the
+            # job was claimed again; its writes must not join the newer attempt's.
+            raise NotOwner(job_id, self.id)
         if held.transaction is None:
             held.transaction = self.app.stores.database.held_transaction()
         return held.transaction

@@ -150,6 +150,20 @@ def make_app(dsn: str | None = None) -> pgtasks.App:
             raise ValueError(f"attempt {self.request.attempt} fails after its block")
         return note.upper()
 
+    @app.task(name="w.tx_write_late", bind=True, max_retries=2, default_retry_delay=0)
+    def tx_write_late(self: TaskContext, note: str, hold_flag: str) -> str:
+        """Note the attempt in the ledger, wait for the flag ``{hold_flag}-{attempt}``,
+        then write a row of ``public.tx_docs`` with transactional completion."""
+        ledger_start(self, "waiting")
+        while not flag_set(self, f"{hold_flag}-{self.request.attempt}"):
+            time.sleep(0.05)
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO public.tx_docs (job_id, attempt, note) VALUES (%s, %s, %s)",
+                (self.request.id, self.request.attempt, note),
+            )
+        return note.upper()
+
     @app.task(name="w.fail", bind=True, autoretry_for=(ValueError,), default_retry_delay=0)
     def fail(self: TaskContext) -> None:
         ledger_start(self)
