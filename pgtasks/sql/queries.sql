@@ -397,6 +397,128 @@ LIMIT %(limit)s;
 -- Jobs: claim and complete (the hot path)
 -- ======================================================================
 
+-- fragment: claim_admitted
+-- The part of a claim that both claims share, after they picked their jobs (a CTE
+-- picked: id, concurrency_key, concurrency_limit, rate_key, rate_limit, rate_period,
+-- claim_order): rate windows and concurrency slots are taken, and admitted lists the
+-- picked jobs that got both, in claim order.
+rate_wanted AS (
+    -- Rate keys among the picked jobs: how many want a start, the limit and period (the
+    -- smallest the jobs name).
+    SELECT p.rate_key AS key, count(*)::int AS n, min(p.rate_limit) AS lim,
+           min(p.rate_period) AS period
+    FROM picked p WHERE p.rate_key IS NOT NULL GROUP BY p.rate_key
+),
+clock AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS t),
+rate_fresh AS (
+    -- A key's first start, which opens its grid of steps (migration 0008): inserted in key
+    -- order, so two claims adding keys never wait on each other in a circle; a row another
+    -- claim added first is left to it.
+    INSERT INTO pgtasks.rate_windows (key, lim, period, window_start, taken, next_at, granted)
+    SELECT w.key, w.lim, w.period, k.t, 1, k.t + make_interval(secs => w.period / w.lim), 1
+    FROM rate_wanted w CROSS JOIN clock k
+    ORDER BY w.key
+    ON CONFLICT (key) DO NOTHING
+    RETURNING key, granted
+),
+rate_held AS (
+    -- Existing rows, locked; one another claim holds is passed over, not waited for
+    -- (its jobs wait for a later claim), so claims never queue behind one another.
+    SELECT w.key, w.lim, w.period, w.window_start, w.taken FROM pgtasks.rate_windows w
+    WHERE w.key = ANY(ARRAY(SELECT x.key FROM rate_wanted x))
+    FOR UPDATE SKIP LOCKED
+),
+rate_next AS (
+    -- The step the clock is in (c: starts 0..c may have happened by now); the starts given
+    -- so far, raised to c + 1 - lim when the key fell behind (at most lim to catch up);
+    -- what is free of them goes to the wanted jobs. The row values are the locked,
+    -- newest version's (READ COMMITTED), so no two claims take the same start. A key
+    -- whose limit or period changed starts a new grid now.
+    SELECT h.key, o.origin, o.base + least(x.n, greatest(0, o.c + 1 - o.base)) AS taken,
+           least(x.n, greatest(0, o.c + 1 - o.base))::int AS granted, x.lim, x.period
+    FROM rate_held h
+    JOIN rate_wanted x ON x.key = h.key
+    CROSS JOIN clock k
+    CROSS JOIN LATERAL (
+        SELECT s.origin, s.c, greatest(s.taken, s.c + 1 - x.lim) AS base
+        FROM (SELECT CASE WHEN h.lim = x.lim AND h.period = x.period THEN h.window_start ELSE k.t END
+                         AS origin,
+                     CASE WHEN h.lim = x.lim AND h.period = x.period THEN h.taken ELSE 0 END AS taken,
+                     CASE WHEN h.lim = x.lim AND h.period = x.period
+                          THEN floor(extract(epoch FROM k.t - h.window_start) * x.lim / x.period)::bigint
+                          ELSE 0 END AS c) s
+    ) o
+),
+rate_taken AS (
+    UPDATE pgtasks.rate_windows w
+    SET window_start = r.origin, taken = r.taken, granted = r.granted, lim = r.lim, period = r.period,
+        next_at = r.origin + make_interval(secs => r.taken * r.period / r.lim)
+    FROM rate_next r
+    WHERE w.key = ANY(ARRAY(SELECT h.key FROM rate_held h)) AND r.key = w.key
+    RETURNING w.key, w.granted
+),
+passed AS (
+    -- The picked jobs that got a start of their rate key (the first of the key in claim order).
+    SELECT p.id, p.concurrency_key, p.concurrency_limit, p.claim_order
+    FROM (SELECT p.*, row_number() OVER (PARTITION BY p.rate_key ORDER BY p.claim_order) AS n
+          FROM picked p) p
+    WHERE p.rate_key IS NULL OR p.n <= coalesce(
+        (SELECT g.granted FROM rate_fresh g WHERE g.key = p.rate_key),
+        (SELECT g.granted FROM rate_taken g WHERE g.key = p.rate_key), 0)
+),
+slots_wanted AS (
+    SELECT p.concurrency_key AS key, count(*)::int AS n, min(p.concurrency_limit) AS lim
+    FROM passed p WHERE p.concurrency_key IS NOT NULL GROUP BY p.concurrency_key
+),
+slots_fresh AS (
+    -- A key's counter, made by its first claim (as rate_fresh).
+    INSERT INTO pgtasks.concurrency_keys (key, running, granted)
+    SELECT w.key, least(w.n, w.lim), least(w.n, w.lim) FROM slots_wanted w
+    ORDER BY w.key
+    ON CONFLICT (key) DO NOTHING
+    RETURNING key, granted
+),
+slots_held AS (
+    -- Existing counters whose key this claim could take: the advisory lock of migration
+    -- 0008 (class 1885828195), tried, never waited for; a key another claim or an ending
+    -- job holds is passed over (its jobs wait for a later claim). No row lock is written:
+    -- only the holder of a key updates its counter, so the update below never waits.
+    SELECT k.key FROM pgtasks.concurrency_keys k
+    WHERE k.key = ANY(ARRAY(SELECT w.key FROM slots_wanted w))
+      AND pg_try_advisory_xact_lock(1885828195, hashtext(k.key))
+),
+slots_returned AS (
+    -- The slots jobs gave back since (jobs_concurrency_release): the holder of a key folds
+    -- them in. A release another claim folded meanwhile is gone (not returned here).
+    DELETE FROM pgtasks.concurrency_releases r
+    WHERE r.key = ANY(ARRAY(SELECT h.key FROM slots_held h))
+    RETURNING r.key
+),
+slots_taken AS (
+    -- running, less the slots given back, plus what the limit leaves for the wanted jobs.
+    -- Under READ COMMITTED the update reads the row's newest version (that of the last
+    -- holder of the key, committed before this claim got the lock), so concurrent claims
+    -- cannot overshoot.
+    UPDATE pgtasks.concurrency_keys k
+    SET granted = least(x.n, greatest(0, x.lim - greatest(0, k.running - x.back))),
+        running = greatest(0, k.running - x.back)
+                  + least(x.n, greatest(0, x.lim - greatest(0, k.running - x.back)))
+    FROM (SELECT w.key, w.n, w.lim,
+                 (SELECT count(*) FROM slots_returned r WHERE r.key = w.key)::int AS back
+          FROM slots_wanted w) x
+    WHERE k.key = ANY(ARRAY(SELECT h.key FROM slots_held h)) AND x.key = k.key
+    RETURNING k.key, k.granted
+),
+admitted AS (
+    -- The jobs that got a slot of their concurrency key (the first of the key in claim order).
+    SELECT p.id, p.claim_order
+    FROM (SELECT p.*, row_number() OVER (PARTITION BY p.concurrency_key ORDER BY p.claim_order) AS n
+          FROM passed p) p
+    WHERE p.concurrency_key IS NULL OR p.n <= coalesce(
+        (SELECT g.granted FROM slots_fresh g WHERE g.key = p.concurrency_key),
+        (SELECT g.granted FROM slots_taken g WHERE g.key = p.concurrency_key), 0)
+),
+
 -- name: job_claim_batch
 -- Claim up to %(limit)s due jobs for a worker: tenants served round-robin (fair) or by strict
 -- priority; at most one job per lock key, none whose lock key is running elsewhere.
@@ -575,122 +697,7 @@ picked AS (
     ORDER BY r.fair_key, r.priority DESC, r.run_at, r.id
     LIMIT %(limit)s
 ),
-rate_wanted AS (
-    -- Rate keys among the picked jobs: how many want a start, the limit and period (the
-    -- smallest the jobs name).
-    SELECT p.rate_key AS key, count(*)::int AS n, min(p.rate_limit) AS lim,
-           min(p.rate_period) AS period
-    FROM picked p WHERE p.rate_key IS NOT NULL GROUP BY p.rate_key
-),
-clock AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS t),
-rate_fresh AS (
-    -- A key's first start, which opens its grid of steps (migration 0008): inserted in key
-    -- order, so two claims adding keys never wait on each other in a circle; a row another
-    -- claim added first is left to it.
-    INSERT INTO pgtasks.rate_windows (key, lim, period, window_start, taken, next_at, granted)
-    SELECT w.key, w.lim, w.period, k.t, 1, k.t + make_interval(secs => w.period / w.lim), 1
-    FROM rate_wanted w CROSS JOIN clock k
-    ORDER BY w.key
-    ON CONFLICT (key) DO NOTHING
-    RETURNING key, granted
-),
-rate_held AS (
-    -- Existing rows, locked; one another claim holds is passed over, not waited for
-    -- (its jobs wait for a later claim), so claims never queue behind one another.
-    SELECT w.key, w.lim, w.period, w.window_start, w.taken FROM pgtasks.rate_windows w
-    WHERE w.key = ANY(ARRAY(SELECT x.key FROM rate_wanted x))
-    FOR UPDATE SKIP LOCKED
-),
-rate_next AS (
-    -- The step the clock is in (c: starts 0..c may have happened by now); the starts given
-    -- so far, raised to c + 1 - lim when the key fell behind (at most lim to catch up);
-    -- what is free of them goes to the wanted jobs. The row values are the locked,
-    -- newest version's (READ COMMITTED), so no two claims take the same start. A key
-    -- whose limit or period changed starts a new grid now.
-    SELECT h.key, o.origin, o.base + least(x.n, greatest(0, o.c + 1 - o.base)) AS taken,
-           least(x.n, greatest(0, o.c + 1 - o.base))::int AS granted, x.lim, x.period
-    FROM rate_held h
-    JOIN rate_wanted x ON x.key = h.key
-    CROSS JOIN clock k
-    CROSS JOIN LATERAL (
-        SELECT s.origin, s.c, greatest(s.taken, s.c + 1 - x.lim) AS base
-        FROM (SELECT CASE WHEN h.lim = x.lim AND h.period = x.period THEN h.window_start ELSE k.t END
-                         AS origin,
-                     CASE WHEN h.lim = x.lim AND h.period = x.period THEN h.taken ELSE 0 END AS taken,
-                     CASE WHEN h.lim = x.lim AND h.period = x.period
-                          THEN floor(extract(epoch FROM k.t - h.window_start) * x.lim / x.period)::bigint
-                          ELSE 0 END AS c) s
-    ) o
-),
-rate_taken AS (
-    UPDATE pgtasks.rate_windows w
-    SET window_start = r.origin, taken = r.taken, granted = r.granted, lim = r.lim, period = r.period,
-        next_at = r.origin + make_interval(secs => r.taken * r.period / r.lim)
-    FROM rate_next r
-    WHERE w.key = ANY(ARRAY(SELECT h.key FROM rate_held h)) AND r.key = w.key
-    RETURNING w.key, w.granted
-),
-passed AS (
-    -- The picked jobs that got a start of their rate key (the first of the key in claim order).
-    SELECT p.id, p.concurrency_key, p.concurrency_limit, p.claim_order
-    FROM (SELECT p.*, row_number() OVER (PARTITION BY p.rate_key ORDER BY p.claim_order) AS n
-          FROM picked p) p
-    WHERE p.rate_key IS NULL OR p.n <= coalesce(
-        (SELECT g.granted FROM rate_fresh g WHERE g.key = p.rate_key),
-        (SELECT g.granted FROM rate_taken g WHERE g.key = p.rate_key), 0)
-),
-slots_wanted AS (
-    SELECT p.concurrency_key AS key, count(*)::int AS n, min(p.concurrency_limit) AS lim
-    FROM passed p WHERE p.concurrency_key IS NOT NULL GROUP BY p.concurrency_key
-),
-slots_fresh AS (
-    -- A key's counter, made by its first claim (as rate_fresh).
-    INSERT INTO pgtasks.concurrency_keys (key, running, granted)
-    SELECT w.key, least(w.n, w.lim), least(w.n, w.lim) FROM slots_wanted w
-    ORDER BY w.key
-    ON CONFLICT (key) DO NOTHING
-    RETURNING key, granted
-),
-slots_held AS (
-    -- Existing counters whose key this claim could take: the advisory lock of migration
-    -- 0008 (class 1885828195), tried, never waited for; a key another claim or an ending
-    -- job holds is passed over (its jobs wait for a later claim). No row lock is written:
-    -- only the holder of a key updates its counter, so the update below never waits.
-    SELECT k.key FROM pgtasks.concurrency_keys k
-    WHERE k.key = ANY(ARRAY(SELECT w.key FROM slots_wanted w))
-      AND pg_try_advisory_xact_lock(1885828195, hashtext(k.key))
-),
-slots_returned AS (
-    -- The slots jobs gave back since (jobs_concurrency_release): the holder of a key folds
-    -- them in. A release another claim folded meanwhile is gone (not returned here).
-    DELETE FROM pgtasks.concurrency_releases r
-    WHERE r.key = ANY(ARRAY(SELECT h.key FROM slots_held h))
-    RETURNING r.key
-),
-slots_taken AS (
-    -- running, less the slots given back, plus what the limit leaves for the wanted jobs.
-    -- Under READ COMMITTED the update reads the row's newest version (that of the last
-    -- holder of the key, committed before this claim got the lock), so concurrent claims
-    -- cannot overshoot.
-    UPDATE pgtasks.concurrency_keys k
-    SET granted = least(x.n, greatest(0, x.lim - greatest(0, k.running - x.back))),
-        running = greatest(0, k.running - x.back)
-                  + least(x.n, greatest(0, x.lim - greatest(0, k.running - x.back)))
-    FROM (SELECT w.key, w.n, w.lim,
-                 (SELECT count(*) FROM slots_returned r WHERE r.key = w.key)::int AS back
-          FROM slots_wanted w) x
-    WHERE k.key = ANY(ARRAY(SELECT h.key FROM slots_held h)) AND x.key = k.key
-    RETURNING k.key, k.granted
-),
-admitted AS (
-    -- The jobs that got a slot of their concurrency key (the first of the key in claim order).
-    SELECT p.id, p.claim_order
-    FROM (SELECT p.*, row_number() OVER (PARTITION BY p.concurrency_key ORDER BY p.claim_order) AS n
-          FROM passed p) p
-    WHERE p.concurrency_key IS NULL OR p.n <= coalesce(
-        (SELECT g.granted FROM slots_fresh g WHERE g.key = p.concurrency_key),
-        (SELECT g.granted FROM slots_taken g WHERE g.key = p.concurrency_key), 0)
-),
+-- include: claim_admitted
 claimed AS (
     -- The write's plan must not depend on the table's statistics, which a queue table
     -- rarely has fresh (never analyzed; analyzed while nearly empty, then a burst). So:
@@ -776,99 +783,8 @@ picked AS (
     WHERE (r.concurrency_key IS NULL OR r.key_rank <= r.concurrency_limit)
       AND (r.rate_key IS NULL OR r.rate_rank <= r.rate_limit)
 ),
--- Rate windows and concurrency slots, taken as job_claim_batch takes them (see there).
-rate_wanted AS (
-    SELECT p.rate_key AS key, count(*)::int AS n, min(p.rate_limit) AS lim,
-           min(p.rate_period) AS period
-    FROM picked p WHERE p.rate_key IS NOT NULL GROUP BY p.rate_key
-),
-clock AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS t),
-rate_fresh AS (
-    INSERT INTO pgtasks.rate_windows (key, lim, period, window_start, taken, next_at, granted)
-    SELECT w.key, w.lim, w.period, k.t, 1, k.t + make_interval(secs => w.period / w.lim), 1
-    FROM rate_wanted w CROSS JOIN clock k
-    ORDER BY w.key
-    ON CONFLICT (key) DO NOTHING
-    RETURNING key, granted
-),
-rate_held AS (
-    SELECT w.key, w.lim, w.period, w.window_start, w.taken FROM pgtasks.rate_windows w
-    WHERE w.key = ANY(ARRAY(SELECT x.key FROM rate_wanted x))
-    FOR UPDATE SKIP LOCKED
-),
-rate_next AS (
-    SELECT h.key, o.origin, o.base + least(x.n, greatest(0, o.c + 1 - o.base)) AS taken,
-           least(x.n, greatest(0, o.c + 1 - o.base))::int AS granted, x.lim, x.period
-    FROM rate_held h
-    JOIN rate_wanted x ON x.key = h.key
-    CROSS JOIN clock k
-    CROSS JOIN LATERAL (
-        SELECT s.origin, s.c, greatest(s.taken, s.c + 1 - x.lim) AS base
-        FROM (SELECT CASE WHEN h.lim = x.lim AND h.period = x.period THEN h.window_start ELSE k.t END
-                         AS origin,
-                     CASE WHEN h.lim = x.lim AND h.period = x.period THEN h.taken ELSE 0 END AS taken,
-                     CASE WHEN h.lim = x.lim AND h.period = x.period
-                          THEN floor(extract(epoch FROM k.t - h.window_start) * x.lim / x.period)::bigint
-                          ELSE 0 END AS c) s
-    ) o
-),
-rate_taken AS (
-    UPDATE pgtasks.rate_windows w
-    SET window_start = r.origin, taken = r.taken, granted = r.granted, lim = r.lim, period = r.period,
-        next_at = r.origin + make_interval(secs => r.taken * r.period / r.lim)
-    FROM rate_next r
-    WHERE w.key = ANY(ARRAY(SELECT h.key FROM rate_held h)) AND r.key = w.key
-    RETURNING w.key, w.granted
-),
-passed AS (
-    SELECT p.id, p.concurrency_key, p.concurrency_limit, p.claim_order
-    FROM (SELECT p.*, row_number() OVER (PARTITION BY p.rate_key ORDER BY p.claim_order) AS n
-          FROM picked p) p
-    WHERE p.rate_key IS NULL OR p.n <= coalesce(
-        (SELECT g.granted FROM rate_fresh g WHERE g.key = p.rate_key),
-        (SELECT g.granted FROM rate_taken g WHERE g.key = p.rate_key), 0)
-),
-slots_wanted AS (
-    SELECT p.concurrency_key AS key, count(*)::int AS n, min(p.concurrency_limit) AS lim
-    FROM passed p WHERE p.concurrency_key IS NOT NULL GROUP BY p.concurrency_key
-),
-slots_fresh AS (
-    INSERT INTO pgtasks.concurrency_keys (key, running, granted)
-    SELECT w.key, least(w.n, w.lim), least(w.n, w.lim) FROM slots_wanted w
-    ORDER BY w.key
-    ON CONFLICT (key) DO NOTHING
-    RETURNING key, granted
-),
-slots_held AS (
-    SELECT k.key FROM pgtasks.concurrency_keys k
-    WHERE k.key = ANY(ARRAY(SELECT w.key FROM slots_wanted w))
-      AND pg_try_advisory_xact_lock(1885828195, hashtext(k.key))
-),
-slots_returned AS (
-    DELETE FROM pgtasks.concurrency_releases r
-    WHERE r.key = ANY(ARRAY(SELECT h.key FROM slots_held h))
-    RETURNING r.key
-),
-slots_taken AS (
-    UPDATE pgtasks.concurrency_keys k
-    SET granted = least(x.n, greatest(0, x.lim - greatest(0, k.running - x.back))),
-        running = greatest(0, k.running - x.back)
-                  + least(x.n, greatest(0, x.lim - greatest(0, k.running - x.back)))
-    FROM (SELECT w.key, w.n, w.lim,
-                 (SELECT count(*) FROM slots_returned r WHERE r.key = w.key)::int AS back
-          FROM slots_wanted w) x
-    WHERE k.key = ANY(ARRAY(SELECT h.key FROM slots_held h)) AND x.key = k.key
-    RETURNING k.key, k.granted
-),
-admitted AS (
-    SELECT p.id, p.claim_order
-    FROM (SELECT p.*, row_number() OVER (PARTITION BY p.concurrency_key ORDER BY p.claim_order) AS n
-          FROM passed p) p
-    WHERE p.concurrency_key IS NULL OR p.n <= coalesce(
-        (SELECT g.granted FROM slots_fresh g WHERE g.key = p.concurrency_key),
-        (SELECT g.granted FROM slots_taken g WHERE g.key = p.concurrency_key), 0)
-),
-
+-- Rate windows and concurrency slots, taken as job_claim_batch takes them.
+-- include: claim_admitted
 claimed AS (
     -- Written as job_claim_batch writes, for the same reasons (see there; and for started_at).
     UPDATE pgtasks.jobs j
