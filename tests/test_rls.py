@@ -177,6 +177,8 @@ def test_the_tenant_handle_works_as_without_the_mode(setup: dict[str, Any]) -> N
     assert {j.id for j in a.list_jobs(limit=500)} == set(a_ids)
     assert a.get_job(a_ids[0]).tenant == A
     assert a.AsyncResult(a_ids[0]).status == JobStatus.QUEUED
+    # Why a job waits, as its tenant may ask: no worker serves its queue here.
+    assert "no_worker" in a.explain(a_ids[1]).codes
     assert a.cancel_job(a_ids[0]) == "cancelled"
     assert a.requeue(a_ids[0], by="admin:alice")
     for call in (a.get_job, a.cancel, a.requeue):

@@ -294,8 +294,7 @@ f AS (
 )
 SELECT j.*, n.t AS now, h.held AS lock_held, f.*,
        CASE WHEN %(tenant)s::text IS NULL OR h.tenant = %(tenant)s THEN h.id END AS lock_holder,
-       (SELECT count(*) FROM pgtasks.workers w
-        WHERE j.queue = ANY (w.queues) AND NOT w.stopping AND w.lease_expires_at >= n.t) AS live_workers,
+       pgtasks.live_workers(j.queue, n.t) AS live_workers,  -- migration 0010: tenant roles too
        (SELECT count(*) FROM (
             SELECT 1 FROM pgtasks.jobs a
             WHERE j.status = 'queued' AND a.status = 'queued' AND a.queue = j.queue AND a.run_at <= n.t
