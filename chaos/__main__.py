@@ -20,6 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=4, help="jobs each worker runs at once")
     parser.add_argument("--rate", type=float, default=4.0, help="jobs enqueued per second")
     parser.add_argument("--tick-slack", type=float, default=1.0, help="seconds a cron run may start late")
+    parser.add_argument(
+        "--pooler",
+        action="store_true",
+        help="run the fleet and the producer through PgBouncer in transaction pooling",
+    )
     parser.add_argument("--logs", type=Path, default=None, help="keep the processes' logs here")
     args = parser.parse_args(argv)
     if args.duration < 10 or args.workers < 1 or args.concurrency < 1 or args.rate <= 0:
@@ -34,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
             rate=args.rate,
             tick_slack=args.tick_slack,
             log_dir=args.logs,
+            pooler=args.pooler,
         )
     )
     print(render(outcome))

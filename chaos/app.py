@@ -31,6 +31,7 @@ import psycopg
 import pgtasks
 from pgtasks.context import TaskContext
 from pgtasks.errors import DatabaseError, Reject
+from pgtasks.settings import Settings
 
 APP_SPEC = "chaos.app:app"
 
@@ -84,7 +85,9 @@ def _ledger_write(dsn: str, write: Callable[[psycopg.Connection[Any]], T]) -> T:
         conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
         try:
             if conn is None or conn.closed:
-                conn = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+                # No server-side prepared statements: through a transaction pooler the
+                # next statement may run on another server connection.
+                conn = psycopg.connect(dsn, autocommit=True, connect_timeout=5, prepare_threshold=None)
                 _local.conn = conn
             return write(conn)
         except (psycopg.OperationalError, psycopg.InterfaceError):
@@ -157,8 +160,10 @@ def _run(ctx: TaskContext, body: Callable[[str], None]) -> dict[str, Any]:
     return _result(ctx, token)
 
 
-def make_app(dsn: str | None = None) -> pgtasks.App:
-    """The chaos app with its four tasks (``dsn`` None: from ``PGTASKS_DSN``).
+def make_app(dsn: str | None = None, **settings: Any) -> pgtasks.App:
+    """The chaos app with its four tasks (``dsn`` None: from ``PGTASKS_DSN``; ``settings``:
+    other `pgtasks.Settings` fields, e.g. ``prepare_threshold=None, listen=False``
+    through a transaction pooler; the rest from the environment).
 
     Tasks (keyword arguments: ``seq`` the stream's job number, ``duration`` seconds of
     work, ``fail_attempts`` attempts that fail transiently, ``permanent`` whether the
@@ -169,7 +174,7 @@ def make_app(dsn: str | None = None) -> pgtasks.App:
     - ``chaos.effect``: writes its effect row in ``self.transaction()``.
     - ``chaos.tick``: the cron schedule's task (ledger only).
     """
-    app = pgtasks.App("chaos", dsn=dsn, load_entry_points=False)
+    app = pgtasks.App("chaos", settings=Settings.from_env(dsn, **settings), load_entry_points=False)
     policy: dict[str, Any] = {
         "bind": True,
         "max_retries": MAX_RETRIES,

@@ -10,6 +10,9 @@ While the run goes on, the injector keeps the cron schedule's fire times quiet: 
 planned fault that would land just before a fire time (where it would delay the run
 of that tick by the time a killed process takes to come back) is held until just
 after it, so the start-within-a-second check measures the scheduler, not the fault.
+A failover returns only once the old primary is rebuilt as the new primary's
+synchronous standby (`chaos.server.Servers.failover`), so every failover of a run
+has a standby to promote and no acknowledged commit is ever on one server alone.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 import psycopg
 
 from chaos.fleet import LEASE_TIMEOUT, Fleet
-from chaos.server import PrivatePostgres
+from chaos.server import Servers
 
 KILL_WORKER = "kill worker (SIGKILL)"
 TERM_WORKER = "drain worker (SIGTERM)"
@@ -37,6 +40,7 @@ KILL_SCHEDULER_AT_FIRE = "kill scheduler at a fire time (SIGKILL)"
 TERM_SCHEDULER = "stop scheduler (SIGTERM)"
 TERMINATE_BACKENDS = "terminate connections (pg_terminate_backend)"
 RESTART_POSTGRES = "restart PostgreSQL"
+FAILOVER = "fail over to the standby (stop primary, promote)"
 
 KINDS: dict[str, int] = {
     KILL_WORKER: 4,
@@ -46,14 +50,17 @@ KINDS: dict[str, int] = {
     TERM_SCHEDULER: 1,
     TERMINATE_BACKENDS: 2,
     RESTART_POSTGRES: 1,
+    FAILOVER: 1,
 }
+#: Kinds that take a ``mode``: how the server (the primary) is stopped.
+STOP_MODES = (RESTART_POSTGRES, FAILOVER)
 
 #: Seconds a stopped worker stays stopped: past its lease and the reaper's next round.
 STOP_SECONDS = LEASE_TIMEOUT + 8.0
 #: Seconds the fencing probe's body works (longer than the stop).
 PROBE_SECONDS = 12.0
 #: Seconds before a fire time no planned fault lands (after: held until QUIET_AFTER).
-QUIET_BEFORE = {RESTART_POSTGRES: 15.0, STOP_WORKER: 2.0}
+QUIET_BEFORE = {RESTART_POSTGRES: 15.0, FAILOVER: 20.0, STOP_WORKER: 2.0}
 QUIET_DEFAULT = 6.0
 QUIET_AFTER = 2.0
 
@@ -65,7 +72,7 @@ class Fault:
     at: float
     kind: str
     target: int
-    mode: str = ""  # restart_postgres: fast or immediate
+    mode: str = ""  # restart or failover: the primary stops fast or immediate
 
 
 def plan_faults(seed: int, duration: float, mean_gap: float = 8.0) -> list[Fault]:
@@ -77,7 +84,7 @@ def plan_faults(seed: int, duration: float, mean_gap: float = 8.0) -> list[Fault
     at = rng.uniform(2.0, 4.0)
     while at < duration - 3.0:
         kind = kinds.pop() if kinds else rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
-        mode = rng.choice(("fast", "immediate")) if kind == RESTART_POSTGRES else ""
+        mode = rng.choice(("fast", "immediate")) if kind in STOP_MODES else ""
         faults.append(Fault(round(at, 3), kind, rng.randrange(1000), mode))
         at += rng.uniform(0.4 * mean_gap, 1.6 * mean_gap)
     return faults
@@ -103,8 +110,10 @@ class Injector:
 
     Args:
         fleet: the supervised processes.
-        server: the private PostgreSQL (restarted by RESTART_POSTGRES).
-        dsn: the run's database (for pg_terminate_backend and reading held jobs).
+        servers: the run's primary and standby (RESTART_POSTGRES restarts the primary,
+            FAILOVER promotes the standby).
+        dsn: the run's database on the primary, directly (for pg_terminate_backend
+            and reading held jobs).
         fire_times: the cron schedule's fire times over the run (for quiet windows).
         at_fire: fire times at which a scheduler is killed.
         probe: enqueues a fencing probe of the given seconds on the ``probe`` queue and
@@ -112,14 +121,14 @@ class Injector:
     """
 
     fleet: Fleet
-    server: PrivatePostgres
+    servers: Servers
     dsn: str
     fire_times: Sequence[datetime]
     at_fire: Sequence[datetime]
     probe: Callable[[float], int | None] | None = None
     log: list[Injected] = field(default_factory=list)
     stopped: list[tuple[int, float, float]] = field(default_factory=list)  # pid, from, to
-    restarts: list[tuple[float, float]] = field(default_factory=list)
+    outages: list[tuple[float, float]] = field(default_factory=list)  # restarts, failovers
     _timers: list[threading.Timer] = field(default_factory=list)
 
     def counts(self) -> Counter[str]:
@@ -192,9 +201,19 @@ class Injector:
             self._note(kind, "every connection of the run's database", detail=f"{count} terminated")
         elif kind == RESTART_POSTGRES:
             began = time.time()
-            took = self.server.restart(fault.mode)
-            self.restarts.append((began, time.time()))
-            self._note(kind, "the private server", detail=f"-m {fault.mode}, {took:.1f} s")
+            target = f"the primary (port {self.servers.primary.port})"
+            took = self.servers.restart(fault.mode)
+            self.outages.append((began, time.time()))
+            self._note(kind, target, detail=f"-m {fault.mode}, {took:.1f} s")
+        elif kind == FAILOVER:
+            done = self.servers.failover(fault.mode)
+            self.outages.append((done.began, done.promoted))
+            target = f"primary port {done.old_port} to standby port {done.new_port}"
+            detail = (
+                f"-m {fault.mode}, promoted in {done.promoted - done.began:.1f} s,"
+                f" new standby synchronous {done.rebuilt - done.promoted:.1f} s later"
+            )
+            self.log.append(Injected(kind, done.began, target, detail=detail))
 
     def _probe(self) -> tuple[int | None, int | None]:
         """Enqueue a fencing probe and wait until a worker runs it: its job id and the pid

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,12 +61,15 @@ class Fleet:
         log_dir: where each process's log goes (one file per process).
         workers: processes serving the ``default`` and ``probe`` queues.
         concurrency: jobs each of them runs at once.
+        env: environment every process gets on top of the harness's (the pooler's
+            settings).
     """
 
     dsn: str
     log_dir: Path
     workers: int = 3
     concurrency: int = 4
+    env: Mapping[str, str] = field(default_factory=dict)
     slots: list[Slot] = field(default_factory=list)
     lives: list[Life] = field(default_factory=list)
     draining: list[tuple[subprocess.Popen[bytes], Life]] = field(default_factory=list)
@@ -89,6 +92,7 @@ class Fleet:
     def _spawn(self, slot: Slot) -> None:
         env = {
             **os.environ,
+            **self.env,
             "PGTASKS_DSN": self.dsn,
             "PGTASKS_DISABLE_PLUGIN_AUTOLOAD": "1",
             "PYTHONUNBUFFERED": "1",

@@ -15,6 +15,7 @@ def render(outcome: Outcome) -> str:
     lines = [
         f"seed {o.seed}, {o.duration:.0f} s of faults, {o.workers} workers x {o.concurrency}"
         f" + 1 cron worker + 2 schedulers; wall time {outcome.wall_seconds:.0f} s",
+        f"servers: {outcome.servers}",
         f"jobs planned {outcome.jobs_planned}, enqueued {outcome.jobs_landed}"
         f" ({outcome.enqueue_errors} enqueue attempts failed and were retried),"
         f" fencing probes {outcome.probes};"

@@ -1,13 +1,16 @@
 """One chaos run from start to verdict: server, fleet, stream, faults, drain, checks, table.
 
-`run` starts a private PostgreSQL, migrates it, creates the side ledger and the cron
+`run` starts a private primary and its synchronous standby (and with ``pooler`` a
+PgBouncer in front of the primary), migrates the run's database, creates the side
+ledger and the cron
 schedule (through the API, not in code, so a restarted scheduler's sync does not undo
 the change made during the run), starts the supervised fleet, and for ``duration``
 seconds feeds the seeded job stream while the injector carries out the seeded fault
 plan. Half-way (at a half minute, well between fire times) the schedule's expression
 and zone change. Then faults stop, the fleet drains the queue, stops, and the
-invariants are checked. Only the server this run started is ever restarted; it is
-stopped and its directory removed at the end.
+invariants are checked on whichever server is the primary by then. Only the
+servers this run started are ever restarted or failed over; they are stopped and
+their directory removed at the end.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from chaos.app import LEDGER_DDL, make_app
 from chaos.faults import KILL_SCHEDULER_AT_FIRE, KILL_WORKER, STOP_WORKER, Injector, plan_faults
 from chaos.fleet import Fleet
 from chaos.invariants import CronPhase, Evidence, Findings, check, fire_times, minute_every
-from chaos.server import PrivatePostgres, find_bindir
+from chaos.server import Servers, find_bindir
 from chaos.workload import PROBE_SEQ, Enqueuer, plan_jobs
 
 log = logging.getLogger("chaos")
@@ -53,6 +56,7 @@ class Options:
         tick_slack: seconds a cron run may start after its fire time.
         drain_timeout: seconds the fleet gets to finish the queue after the faults.
         log_dir: where process logs go (default: a temporary directory, removed).
+        pooler: the fleet and the producer go through PgBouncer in transaction pooling.
     """
 
     seed: int
@@ -63,6 +67,7 @@ class Options:
     tick_slack: float = 1.0
     drain_timeout: float = 90.0
     log_dir: Path | None = None
+    pooler: bool = False
 
 
 @dataclass
@@ -79,6 +84,7 @@ class Outcome:
     wall_seconds: float
     drained_in: float | None
     ticks_at_fire_killed: int
+    servers: str = ""
 
     @property
     def ok(self) -> bool:
@@ -110,26 +116,35 @@ def run(options: Options) -> Outcome:
     if bindir is None:
         raise RuntimeError("no PostgreSQL binaries: set PGTASKS_CHAOS_PGBIN or install PostgreSQL")
     began = time.monotonic()
-    server = PrivatePostgres(bindir)
+    servers = Servers(bindir, pooler=options.pooler)
     with tempfile.TemporaryDirectory(prefix="pgtasks-chaos-logs-") as tmp:
         log_dir = options.log_dir or Path(tmp)
         log_dir.mkdir(parents=True, exist_ok=True)
         try:
-            server.start()
-            return _run(options, server, log_dir, began)
+            servers.start()
+            return _run(options, servers, log_dir, began)
         finally:
-            server.stop()
+            servers.stop()
 
 
-def _run(options: Options, server: PrivatePostgres, log_dir: Path, began: float) -> Outcome:
-    dsn = server.dsn()
-    app = make_app(dsn)
-    app.migrate()
+def _run(options: Options, servers: Servers, log_dir: Path, began: float) -> Outcome:
+    dsn = servers.admin_dsn()
+    admin = make_app(dsn)
+    admin.migrate()
+    admin.close()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(LEDGER_DDL)
+    pooled = {"prepare_threshold": None, "listen": False} if options.pooler else {}
+    app = make_app(servers.fleet_dsn(), **pooled)
     cron, zone, _step = PHASES[0]
     app.schedules.create(SCHEDULE, "chaos.tick", cron, timezone=zone, queue="cron")
-    fleet = Fleet(dsn, log_dir, workers=options.workers, concurrency=options.concurrency)
+    fleet = Fleet(
+        servers.fleet_dsn(),
+        log_dir,
+        workers=options.workers,
+        concurrency=options.concurrency,
+        env=servers.fleet_env(),
+    )
     fleet.start()
     try:
         time.sleep(3.0)  # processes import and register
@@ -149,7 +164,7 @@ def _run(options: Options, server: PrivatePostgres, log_dir: Path, began: float)
         jobs = plan_jobs(options.seed, options.duration, options.rate, bursts)
         enqueuer = Enqueuer(app, f"chaos-{options.seed}")
         fire_instants = [datetime.fromtimestamp(t, UTC) for t in fires]
-        injector = Injector(fleet, server, dsn, fire_instants, at_fire, probe=enqueuer.probe)
+        injector = Injector(fleet, servers, dsn, fire_instants, at_fire, probe=enqueuer.probe)
         stop = threading.Event()
         threads = [
             threading.Thread(target=injector.run, args=(faults, start, stop)),
@@ -177,7 +192,7 @@ def _run(options: Options, server: PrivatePostgres, log_dir: Path, began: float)
         landed=enqueuer.landed,
         pid_ends=fleet.pid_ends(),
         stopped=injector.stopped,
-        db_faults=injector.restarts + [(f.at, f.at) for f in injector.log if f.kind.startswith("terminate")],
+        db_faults=injector.outages + [(f.at, f.at) for f in injector.log if f.kind.startswith("terminate")],
         unstarted_at_kill=[(f.pid, f.worker_id, f.at, f.unstarted_jobs) for f in kills if f.pid is not None],
         cron_phases=phases,
         cron_window=(start + 2.0, end),
@@ -198,6 +213,7 @@ def _run(options: Options, server: PrivatePostgres, log_dir: Path, began: float)
         wall_seconds=time.monotonic() - began,
         drained_in=None if drained_at is None else drained_at - end,
         ticks_at_fire_killed=sum(1 for f in injector.log if f.kind == KILL_SCHEDULER_AT_FIRE),
+        servers=servers.describe(),
     )
 
 
