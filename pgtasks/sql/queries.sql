@@ -409,13 +409,19 @@ rate_wanted AS (
     FROM picked p WHERE p.rate_key IS NOT NULL GROUP BY p.rate_key
 ),
 clock AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS t),
+rate_seen AS (
+    -- The wanted keys that have a window in this snapshot (one primary-key probe each).
+    SELECT w.key FROM pgtasks.rate_windows w WHERE w.key = ANY(ARRAY(SELECT x.key FROM rate_wanted x))
+),
 rate_fresh AS (
     -- A key's first start, which opens its grid of steps (migration 0008): inserted in key
     -- order, so two claims adding keys never wait on each other in a circle; a row another
-    -- claim added first is left to it.
+    -- claim added first is left to it. Only keys this snapshot does not see: ON CONFLICT
+    -- would wait for a transaction writing or deleting the row (a claim, flow_state_prune).
     INSERT INTO pgtasks.rate_windows (key, lim, period, window_start, taken, next_at, granted)
     SELECT w.key, w.lim, w.period, k.t, 1, k.t + make_interval(secs => w.period / w.lim), 1
     FROM rate_wanted w CROSS JOIN clock k
+    WHERE w.key <> ALL(ARRAY(SELECT s.key FROM rate_seen s))
     ORDER BY w.key
     ON CONFLICT (key) DO NOTHING
     RETURNING key, granted
@@ -469,10 +475,15 @@ slots_wanted AS (
     SELECT p.concurrency_key AS key, count(*)::int AS n, min(p.concurrency_limit) AS lim
     FROM passed p WHERE p.concurrency_key IS NOT NULL GROUP BY p.concurrency_key
 ),
+slots_seen AS (
+    -- The wanted keys that have a counter in this snapshot (as rate_seen).
+    SELECT k.key FROM pgtasks.concurrency_keys k WHERE k.key = ANY(ARRAY(SELECT w.key FROM slots_wanted w))
+),
 slots_fresh AS (
-    -- A key's counter, made by its first claim (as rate_fresh).
+    -- A key's counter, made by its first claim (as rate_fresh: only keys not seen).
     INSERT INTO pgtasks.concurrency_keys (key, running, granted)
     SELECT w.key, least(w.n, w.lim), least(w.n, w.lim) FROM slots_wanted w
+    WHERE w.key <> ALL(ARRAY(SELECT s.key FROM slots_seen s))
     ORDER BY w.key
     ON CONFLICT (key) DO NOTHING
     RETURNING key, granted
@@ -1929,3 +1940,80 @@ RETURNING queue, tenant, weight;
 SELECT queue, tenant, weight FROM pgtasks.tenant_weights
 WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s
 ORDER BY queue, tenant;
+
+-- name: flow_state_prune
+-- Delete flow-control state no claim needs any more (pgtasks.maintenance.FlowPrune): at most
+-- %(key_limit)s concurrency counters (with the release rows they are owed) and %(limit)s rate
+-- windows; returns how many of each. Never waits: rows FOR UPDATE SKIP LOCKED, key locks tried.
+-- Counters of idle keys: no slot held (running no more than the key's release rows, as
+-- pgtasks.concurrency_running counts), no running job of the key, the key's advisory lock
+-- of migration 0008 (class 1885828195, its hashtext) got (tried, as claims and
+-- jobs_concurrency_release try it; held to our commit), and the row still the version this
+-- snapshot read. The counter and its release rows go together (a release row left behind
+-- would lower the key's next counter). Why no claim or ending job races the delete:
+-- - Claims and ending jobs write a counter, and claims fold release rows, only while
+--   holding the key's lock, to their commit: one holding it now fails our try (the key is
+--   kept); one coming after our try fails its own, so its claim takes no slot of the key
+--   this time (its jobs wait for the next claim) and no job of the key is running to end.
+-- - One that held the lock and committed between our snapshot and our try wrote a newer
+--   version of the row (it may have folded the release rows we counted and taken a slot).
+--   The row lock reads the newest version (READ COMMITTED's EvalPlanQual), but the checks
+--   above read this snapshot; so the versions are compared (xmin, the transaction that
+--   wrote it) and a row written since is kept. One unchanged since was written by no holder
+--   of the lock, so the release rows this snapshot sees are all of the key's.
+-- - A claim whose snapshot still sees the counter inserts none (claim_admitted inserts only
+--   keys it does not see, so it never waits on this delete) and takes no slot of it (the
+--   lock, or after our commit no row to update); one that does not see it inserts it
+--   afresh, with running = the slots it takes: no job of the key runs, so that is the count.
+-- The lock is tried only for rows that passed the other checks (cand, materialized and
+-- limited first); each held lock takes a slot of the server's shared lock table until
+-- the commit, hence the limit of its own.
+-- Rate windows: next_at more than greatest(1 hour, period) before %(now)s (NULL: the
+-- database clock). The key has recharged fully (a claim would give it its whole limit at
+-- once); a claim then starts it afresh as a new key (one start, then one a step), which
+-- never allows more starts than the kept row would. Claims lock windows FOR UPDATE SKIP
+-- LOCKED and insert only keys they do not see, so they pass over a row being deleted.
+-- Passes of several workers at once take disjoint rows (a row or key another pass holds is
+-- skipped, one it deleted is gone): harmless.
+WITH clock AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS t),
+cand AS MATERIALIZED (
+    SELECT k.key, k.xmin AS seen FROM pgtasks.concurrency_keys k
+    WHERE k.running <= (SELECT count(*) FROM pgtasks.concurrency_releases r WHERE r.key = k.key)
+      AND NOT EXISTS (SELECT 1 FROM pgtasks.jobs j
+                      WHERE j.concurrency_key = k.key AND j.status = 'running')
+    LIMIT %(key_limit)s
+),
+idle_keys AS (
+    SELECT k.key FROM pgtasks.concurrency_keys k
+    JOIN (SELECT c.key, c.seen FROM cand c
+          WHERE pg_try_advisory_xact_lock(1885828195, hashtext(c.key))) c ON c.key = k.key
+    WHERE k.xmin = c.seen
+    FOR UPDATE OF k SKIP LOCKED
+),
+keys_gone AS (
+    DELETE FROM pgtasks.concurrency_keys k
+    WHERE k.key = ANY(ARRAY(SELECT i.key FROM idle_keys i))
+    RETURNING k.key
+),
+releases_gone AS (
+    DELETE FROM pgtasks.concurrency_releases r
+    WHERE r.key = ANY(ARRAY(SELECT g.key FROM keys_gone g))
+    RETURNING r.key
+),
+old_windows AS (
+    SELECT w.key FROM pgtasks.rate_windows w
+    WHERE w.next_at < (SELECT c.t FROM clock c) - make_interval(secs => greatest(3600, w.period))
+    LIMIT %(limit)s
+    FOR UPDATE OF w SKIP LOCKED
+),
+windows_gone AS (
+    DELETE FROM pgtasks.rate_windows w
+    WHERE w.key = ANY(ARRAY(SELECT o.key FROM old_windows o))
+      AND w.next_at < (SELECT c.t FROM clock c) - make_interval(secs => greatest(3600, w.period))
+    RETURNING w.key
+)
+-- key_candidates: the idle counters found (as many as key_limit: there may be more).
+SELECT (SELECT count(*) FROM cand)::int AS key_candidates,
+       (SELECT count(*) FROM keys_gone)::int AS concurrency_keys,
+       (SELECT count(*) FROM releases_gone)::int AS concurrency_releases,
+       (SELECT count(*) FROM windows_gone)::int AS rate_windows;

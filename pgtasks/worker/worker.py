@@ -45,11 +45,20 @@ from pgtasks.context import (
 )
 from pgtasks.db import CancelRequest, HeldTransaction, JobStore, WorkerStore, text_array_literal
 from pgtasks.db.errors import masked_record
+from pgtasks.db.flow import FlowStore
 from pgtasks.db.history import HistoryStore
 from pgtasks.db.retention import RetentionStore
 from pgtasks.db.workers import worker_database
 from pgtasks.errors import ConfigurationError, DatabaseError, NotOwner, TimeLimitExceeded
-from pgtasks.maintenance import History, HistoryConfig, Reaper, ReaperConfig, ReaperResult, Retention
+from pgtasks.maintenance import (
+    FlowPrune,
+    History,
+    HistoryConfig,
+    Reaper,
+    ReaperConfig,
+    ReaperResult,
+    Retention,
+)
 from pgtasks.plugins import call_isolated
 from pgtasks.ports import Engine
 from pgtasks.redaction import Redactor
@@ -223,6 +232,8 @@ class Worker:
         self._history = (
             None if after is None else History(HistoryStore(self.database), HistoryConfig(after=after))
         )
+        # Concurrency counters and rate windows of idle keys (migration 0008), always.
+        self._flow_prune = FlowPrune(FlowStore(self.database))
         self._watchdog = TimeLimitWatchdog(
             self._held_jobs, on_hard_limit=self._on_hard_limit, soft_in_thread=self.config.pool == "threads"
         )
@@ -277,6 +288,7 @@ class Worker:
             self._retention.start()
         if self._history is not None:
             self._history.start()
+        self._flow_prune.start()
         self._watchdog.start()
         self._starts.start()
         if self._listener is not None:
@@ -1024,6 +1036,7 @@ class Worker:
             self._retention.stop()
         if self._history is not None:
             self._history.stop()
+        self._flow_prune.stop()
         self._heartbeat.stop()
         try:
             if not running:  # else the worker row stays, for its lease to expire
