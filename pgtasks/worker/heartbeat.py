@@ -43,9 +43,10 @@ class Heartbeat(Service):
         extended_at: ``time.monotonic()`` when the last beat that extended the lease
             was sent (None before the first): the lease runs at least ``lease_timeout``
             seconds from then.
-        lapsed_at: ``time.monotonic()`` when the last beat was sent that came
-            ``lease_timeout`` seconds or more after the one before (the process was
-            stopped, the database unreachable, the beat starved): the lease may have
+        lapsed_at: ``time.monotonic()`` when the last beat returned that landed
+            ``lease_timeout`` seconds or more after the one before was sent (the process
+            was stopped, the database unreachable, the beat starved or kept waiting
+            for a connection): the lease may have
             expired in between and the reaper may have taken this worker's jobs. The
             beat extends the lease again without telling that, so the worker asks here.
             ``-inf`` if it never happened.
@@ -86,9 +87,13 @@ class Heartbeat(Service):
         if database_clock is None:
             self.on_lost()
         else:
-            last = self.extended_at
-            if last is not None and self.lease_timeout is not None and sent - last >= self.lease_timeout:
-                self.lapsed_at = sent
+            # Measured to when this beat's write returned, not to when it was asked for:
+            # a beat that waited for a connection (the server or a pooler refusing
+            # logins) may have landed a whole lease after the one before, and a job
+            # claimed while it waited may have been handed back by the reaper.
+            done, last = time.monotonic(), self.extended_at
+            if last is not None and self.lease_timeout is not None and done - last >= self.lease_timeout:
+                self.lapsed_at = done
             self.extended_at = sent
             if self.clock is not None:
                 self.clock.sync(database_clock, sent, time.monotonic())
