@@ -41,11 +41,11 @@ import psycopg
 from benchmarks import pg
 from benchmarks.environments import compile_project
 from benchmarks.probe import add_common_options, positive_ints
-from benchmarks.systems.base import DSN_ENV, RECORD_DIR_ENV, Params
+from benchmarks.systems.base import DSN_ENV, Params
 from benchmarks.systems.clock import Clock
 from benchmarks.systems.drain import wait_processed
 from benchmarks.systems.pgtasks_system import PgtasksDriver
-from benchmarks.systems.records import NOOP
+from benchmarks.systems.records import NOOP, RECORD_DIR_ENV
 
 SIZES = (1_000_000, 10_000_000)
 JOBS = 20_000
