@@ -29,8 +29,7 @@ from dataclasses import dataclass
 
 from pgtasks.db import Now
 from pgtasks.db.flow import FlowStore
-from pgtasks.errors import ConfigurationError
-from pgtasks.maintenance.service import Service
+from pgtasks.maintenance.service import Service, check_pass_config
 
 __all__ = ["FlowPrune", "FlowPruneConfig", "FlowPruneResult"]
 
@@ -61,19 +60,12 @@ class FlowPruneConfig:
     pause: float = 0.05
 
     def __post_init__(self) -> None:
-        if isinstance(self.pause, bool) or not isinstance(self.pause, (int, float)) or not self.pause >= 0:
-            raise ConfigurationError(f"flow prune pause must be a number of seconds >= 0, got {self.pause!r}")
-        if (
-            isinstance(self.interval, bool)
-            or not isinstance(self.interval, (int, float))
-            or not self.interval > 0
-        ):
-            raise ConfigurationError(
-                f"flow prune interval must be a number of seconds > 0, got {self.interval!r}"
-            )
-        for name, value, high in (("batch", self.batch, 100_000), ("key_batch", self.key_batch, 5000)):
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
-                raise ConfigurationError(f"flow prune {name} must be an int in 1..{high}, got {value!r}")
+        check_pass_config(
+            "flow prune",
+            interval=self.interval,
+            batches=(("batch", self.batch, 100_000), ("key_batch", self.key_batch, 5000)),
+            at_least=(("pause", self.pause, 0),),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 
 from pgtasks.db import Now
 from pgtasks.db.history import HistoryStore
-from pgtasks.errors import ConfigurationError
-from pgtasks.maintenance.service import Service
+from pgtasks.maintenance.service import Service, check_pass_config
 
 __all__ = ["History", "HistoryConfig", "HistoryResult"]
 
@@ -51,21 +50,12 @@ class HistoryConfig:
     pause: float = 0.05
 
     def __post_init__(self) -> None:
-        for name, value, low in (("after", self.after, 0.0), ("pause", self.pause, 0.0)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= low:
-                raise ConfigurationError(
-                    f"history {name} must be a number of seconds >= {low}, got {value!r}"
-                )
-        if (
-            isinstance(self.interval, bool)
-            or not isinstance(self.interval, (int, float))
-            or not self.interval > 0
-        ):
-            raise ConfigurationError(
-                f"history interval must be a number of seconds > 0, got {self.interval!r}"
-            )
-        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or not 1 <= self.batch <= 100_000:
-            raise ConfigurationError(f"history batch must be an int in 1..100000, got {self.batch!r}")
+        check_pass_config(
+            "history",
+            interval=self.interval,
+            batches=(("batch", self.batch, 100_000),),
+            at_least=(("after", self.after, 0.0), ("pause", self.pause, 0.0)),
+        )
 
 
 @dataclass(frozen=True, slots=True)

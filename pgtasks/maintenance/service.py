@@ -4,19 +4,52 @@ Each service has a frozen config with named defaults, a ``run_once()`` returning
 small result of counts (what tests call), and start/stop from `Service`. A
 transient database error in one tick is logged and retried on the next tick; it
 is never fatal. The worker (heartbeat, reaper) and the scheduler use it.
+`check_pass_config` refuses the out-of-range values of a config whose passes run in
+bounded batches (`HistoryConfig`, `FlowPruneConfig`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 from typing import Any
 
-from pgtasks.errors import DatabaseError
+from pgtasks.errors import ConfigurationError, DatabaseError
 
-__all__ = ["Service"]
+__all__ = ["Service", "check_pass_config"]
 
 log = logging.getLogger("pgtasks.maintenance")
+
+
+def check_pass_config(
+    service: str,
+    *,
+    interval: object,
+    batches: Iterable[tuple[str, object, int]],
+    at_least: Iterable[tuple[str, object, float]] = (),
+) -> None:
+    """Refuse a batched service's config with a value out of range, in this order:
+    each of ``at_least`` (seconds, ``>= low``), ``interval`` (seconds, ``> 0``), each
+    of ``batches`` (an int in ``1..high``). A bool is not a number here.
+
+    Args:
+        service: the config's name in the messages (``"history"``, ``"flow prune"``).
+        interval: seconds between the passes of a worker.
+        batches: ``(name, value, high)`` of each per-statement limit.
+        at_least: ``(name, value, low)`` of each other time (``pause``: low 0).
+
+    Raises:
+        ConfigurationError: naming the service, the field and the range.
+    """
+    for name, value, low in at_least:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= low:
+            raise ConfigurationError(f"{service} {name} must be a number of seconds >= {low}, got {value!r}")
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval > 0:
+        raise ConfigurationError(f"{service} interval must be a number of seconds > 0, got {interval!r}")
+    for name, value, high in batches:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+            raise ConfigurationError(f"{service} {name} must be an int in 1..{high}, got {value!r}")
 
 
 class Service:
