@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -12,9 +13,21 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgtasks.worker import Worker
+import pgtasks
+from pgtasks.worker import Worker, WorkerConfig
 
 T = TypeVar("T")
+
+# The most jobs of one key whose intervals in public.ledger (written by the tasks of
+# apps.worker_app, the key in ``note``) overlap one job's start, itself included.
+KEY_OVERLAP = """
+SELECT coalesce(max(n), 0) FROM (
+    SELECT a.id, count(*) AS n
+    FROM public.ledger a
+    JOIN public.ledger b ON b.note = a.note AND b.started_at <= a.started_at
+        AND coalesce(b.finished_at, 'infinity') > a.started_at
+    GROUP BY a.id) x
+"""
 
 
 def eventually(
@@ -87,3 +100,41 @@ def on_store_call(worker: Worker, method: str, note: Callable[[str], None]) -> N
         return original(*args, **kw)
 
     setattr(worker.jobs, method, wrapped)
+
+
+@contextlib.contextmanager
+def in_process_worker(app: pgtasks.App, *, concurrency: int) -> Iterator[Worker]:
+    """An in-process worker (threads pool) on ``app``'s queue ``default`` for the block,
+    asked to stop at its end (and waited for, up to 30 s)."""
+    worker = Worker(
+        app, WorkerConfig(queues=("default",), concurrency=concurrency, poll_interval=0.1, lease_timeout=30)
+    )
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.request_stop("test")
+        thread.join(30)
+
+
+def most_of_a_key_at_once(conn: psycopg.Connection[Any]) -> int:
+    """The most ledger jobs of one key that ran at once (`KEY_OVERLAP`)."""
+    row = conn.execute(KEY_OVERLAP).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def assert_all_ran_within_key_limit(conn: psycopg.Connection[Any], *, jobs: int, limit: int) -> None:
+    """Every one of the ``jobs`` jobs succeeded and finished its ledger entry, and the
+    most of one key that ran at once is exactly ``limit``: never over it, and reached
+    (else the run proves nothing)."""
+    statuses = conn.execute("SELECT status, count(*) FROM pgtasks.jobs GROUP BY status").fetchall()
+    assert statuses == [("succeeded", jobs)], statuses
+    row = conn.execute(
+        "SELECT count(DISTINCT job_id) FROM public.ledger WHERE finished_at IS NOT NULL"
+    ).fetchone()
+    assert row == (jobs,), f"{row} jobs finished their ledger entry, of {jobs}"
+    overlap = most_of_a_key_at_once(conn)
+    assert overlap <= limit, f"{overlap} jobs of one key ran at once"
+    assert overlap == limit, "the limit was never reached: the test proves nothing"

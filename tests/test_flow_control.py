@@ -18,22 +18,12 @@ from typing import Any
 import psycopg
 import pytest
 from apps.worker_app import one, rows, workers
-from helpers import eventually
+from helpers import assert_all_ran_within_key_limit, eventually, most_of_a_key_at_once
 from test_rls import roles, setup  # noqa: F401 - fixtures of the row-level security test
 
 import pgtasks
 from pgtasks.errors import ConfigurationError
 from pgtasks.records import ReasonCode
-
-# The most jobs of one key whose ledger intervals overlap one job's start (itself included).
-OVERLAP = """
-SELECT coalesce(max(n), 0) FROM (
-    SELECT a.id, count(*) AS n
-    FROM public.ledger a
-    JOIN public.ledger b ON b.note = a.note AND b.started_at <= a.started_at
-        AND coalesce(b.finished_at, 'infinity') > a.started_at
-    GROUP BY a.id) x
-"""
 
 
 def _fleet(n: int = 3, *extra: str) -> list[list[str]]:
@@ -55,11 +45,7 @@ def test_three_workers_never_run_more_than_three_jobs_of_a_key(
     with workers(wdsn, tmp_path, *_fleet()) as ws:
         codes = [w.wait(180) for w in ws]
     assert codes == [0, 0, 0], [w.log()[-2000:] for w in ws]
-    assert rows(conn, "SELECT status, count(*) FROM pgtasks.jobs GROUP BY status") == [("succeeded", 1000)]
-    assert one(conn, "SELECT count(DISTINCT job_id) FROM public.ledger WHERE finished_at IS NOT NULL") == 1000
-    overlap = one(conn, OVERLAP)
-    assert overlap <= 3, f"{overlap} jobs of one key ran at once"
-    assert overlap == 3, "the limit was never reached: the test proves nothing"
+    assert_all_ran_within_key_limit(conn, jobs=1000, limit=3)
     # Every slot was given back: the counters, less the slots waiting to be folded in, are 0.
     assert (
         one(
@@ -84,7 +70,7 @@ def test_a_limit_of_one_runs_the_jobs_of_a_key_one_at_a_time(
         codes = [w.wait(120) for w in ws]
     assert codes == [0, 0, 0], [w.log()[-2000:] for w in ws]
     assert one(conn, "SELECT count(*) FROM pgtasks.jobs WHERE status = 'succeeded'") == 60
-    assert one(conn, OVERLAP) == 1
+    assert most_of_a_key_at_once(conn) == 1
     # Different keys overlapped: some job of one key started while another key's ran.
     assert (
         one(

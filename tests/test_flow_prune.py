@@ -18,27 +18,17 @@ from typing import Any
 import psycopg
 import pytest
 from apps.worker_app import one, rows
-from helpers import eventually
+from helpers import assert_all_ran_within_key_limit, eventually, in_process_worker
 
 import pgtasks
 from pgtasks.db.flow import FlowStore
 from pgtasks.errors import ConfigurationError
 from pgtasks.maintenance import FlowPrune, FlowPruneConfig, FlowPruneResult
 from pgtasks.sql import QUERIES
-from pgtasks.worker import Worker, WorkerConfig
+from pgtasks.worker import Worker
 
 NOW = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
 KEY_LOCK = "SELECT pg_advisory_xact_lock(1885828195, hashtext(%s))"
-
-# The most jobs of one key whose ledger intervals overlap one job's start (itself included).
-OVERLAP = """
-SELECT coalesce(max(n), 0) FROM (
-    SELECT a.id, count(*) AS n
-    FROM public.ledger a
-    JOIN public.ledger b ON b.note = a.note AND b.started_at <= a.started_at
-        AND coalesce(b.finished_at, 'infinity') > a.started_at
-    GROUP BY a.id) x
-"""
 
 
 def _keys(conn: psycopg.Connection[Any]) -> list[str]:
@@ -256,14 +246,8 @@ def test_bad_config_is_refused() -> None:
 @pytest.fixture
 def running(client: pgtasks.App) -> Iterator[Worker]:
     """An in-process worker (threads pool) on the test app, until the test ends."""
-    worker = Worker(
-        client, WorkerConfig(queues=("default",), concurrency=12, poll_interval=0.1, lease_timeout=30)
-    )
-    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
-    thread.start()
-    yield worker
-    worker.request_stop("test")
-    thread.join(30)
+    with in_process_worker(client, concurrency=12) as worker:
+        yield worker
 
 
 def test_the_limit_holds_across_prunes(
@@ -289,9 +273,5 @@ def test_the_limit_holds_across_prunes(
     finally:
         racer.stop()
     assert racer.ticks > 10
-    assert rows(conn, "SELECT status, count(*) FROM pgtasks.jobs GROUP BY status") == [("succeeded", 144)]
-    assert one(conn, "SELECT count(DISTINCT job_id) FROM public.ledger WHERE finished_at IS NOT NULL") == 144
-    overlap = one(conn, OVERLAP)
-    assert overlap <= 3, f"{overlap} jobs of one key ran at once"
-    assert overlap == 3, "the limit was never reached: the test proves nothing"
+    assert_all_ran_within_key_limit(conn, jobs=144, limit=3)
     assert one(conn, "SELECT count(*) FROM pgtasks.concurrency_releases") == 0

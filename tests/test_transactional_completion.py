@@ -10,7 +10,6 @@ exactly once.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,11 @@ from typing import Any
 import psycopg
 import pytest
 from apps.worker_app import one, raise_flag, rows, workers
-from helpers import eventually
+from helpers import eventually, in_process_worker
 
 import pgtasks
 from pgtasks.states import JobStatus
-from pgtasks.worker import Worker, WorkerConfig
+from pgtasks.worker import Worker
 
 FAST = ["--lease-timeout", "3", "--poll-interval", "0.2"]
 
@@ -48,14 +47,8 @@ def _same_transaction(conn: psycopg.Connection[Any], job_id: int) -> bool:
 @pytest.fixture
 def running(client: pgtasks.App) -> Iterator[Worker]:
     """An in-process worker (threads pool) on the test app, until the test ends."""
-    worker = Worker(
-        client, WorkerConfig(queues=("default",), concurrency=2, poll_interval=0.1, lease_timeout=30)
-    )
-    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
-    thread.start()
-    yield worker
-    worker.request_stop("test")
-    thread.join(30)
+    with in_process_worker(client, concurrency=2) as worker:
+        yield worker
 
 
 def test_the_writes_and_the_success_commit_together(
@@ -85,12 +78,7 @@ def test_a_job_taken_away_before_it_returns_keeps_nothing(
     client: pgtasks.App, wdsn: str, conn: psycopg.Connection[Any]
 ) -> None:
     job = client.tasks["w.tx_write"].delay("taken", hold_flag="taken")
-    worker = Worker(
-        client, WorkerConfig(queues=("default",), concurrency=1, poll_interval=0.1, lease_timeout=30)
-    )
-    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
-    thread.start()
-    try:
+    with in_process_worker(client, concurrency=1) as worker:
         eventually(lambda: one(conn, "SELECT count(*) FROM public.ledger WHERE job_id = %s", (job.id,)) == 1)
         # What the reaper does to a job whose lease ran out: back to the queue.
         conn.execute(
@@ -100,9 +88,6 @@ def test_a_job_taken_away_before_it_returns_keeps_nothing(
         )
         raise_flag(wdsn, "taken")
         eventually(lambda: worker.processed >= 1)
-    finally:
-        worker.request_stop("test")
-        thread.join(30)
     assert client.get_job(job.id).status == JobStatus.QUEUED
     assert _docs(conn, job.id) == []
 
@@ -115,13 +100,8 @@ def test_an_attempt_whose_lease_lapsed_cannot_write_into_the_next_attempts_trans
     its block must not join attempt 2's transaction, and its success must not be
     written; attempt 2 commits its own row with its success."""
     job = client.tasks["w.tx_write_late"].delay("late", hold_flag="late")
-    worker = Worker(
-        client, WorkerConfig(queues=("default",), concurrency=2, poll_interval=0.1, lease_timeout=30)
-    )
-    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
-    thread.start()
     waiting = "SELECT array_agg(attempt ORDER BY attempt) FROM public.ledger WHERE job_id = %s"
-    try:
+    with in_process_worker(client, concurrency=2) as worker:
         eventually(lambda: one(conn, waiting, (job.id,)) == [1])
         # What the reaper does to a job whose lease ran out: back to the queue, due now.
         conn.execute(
@@ -136,9 +116,6 @@ def test_an_attempt_whose_lease_lapsed_cannot_write_into_the_next_attempts_trans
         assert _docs(conn, job.id) == []
         raise_flag(wdsn, "late-2")
         assert job.get(timeout=30) == "LATE"
-    finally:
-        worker.request_stop("test")
-        thread.join(30)
     assert _docs(conn, job.id) == [(2, "late")]
     assert _same_transaction(conn, job.id)
 
