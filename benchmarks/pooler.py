@@ -25,16 +25,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import pwd
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import psycopg
@@ -43,6 +38,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 import pgtasks
 from benchmarks import pg
 from benchmarks.probe import add_common_options
+from chaos.pooler import pgbouncer_bin, running_pgbouncer
 
 REPO = Path(__file__).resolve().parents[1]
 APP_SPEC = "benchmarks.pooler:app"
@@ -57,76 +53,28 @@ def noop(n: int) -> int:
     return n
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def pgbouncer(admin_dsn: str, pool: int) -> Iterator[tuple[int, str]]:
-    """A PgBouncer in transaction pooling in front of ``admin_dsn``'s server: (its port,
-    its version line). Exits with a message when ``pgbouncer`` is not installed."""
-    executable = shutil.which("pgbouncer") or (
-        "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None
-    )
-    if executable is None:
+    """A PgBouncer in transaction pooling in front of ``admin_dsn``'s server, for its
+    user (`chaos.pooler.running_pgbouncer`): (its port, its version line). Exits with a
+    message when ``pgbouncer`` is not installed or does not start."""
+    if pgbouncer_bin() is None:
         sys.exit("pgbouncer is not installed (apt-get install pgbouncer)")
-    version = subprocess.run([executable, "--version"], capture_output=True, text=True, check=False)
     server = conninfo_to_dict(admin_dsn)
-    base = Path(tempfile.mkdtemp(prefix="pgtasks-bench-pooler-"))
-    port = _free_port()
-    user = str(server.get("user") or "postgres")
-    (base / "users.txt").write_text(f'"{user}" ""\n')
-    (base / "pgbouncer.ini").write_text(
-        "\n".join(
-            [
-                "[databases]",
-                f"* = host={server.get('host') or '127.0.0.1'} port={server.get('port') or 5432}",
-                "[pgbouncer]",
-                "listen_addr = 127.0.0.1",
-                f"listen_port = {port}",
-                "unix_socket_dir =",
-                "auth_type = trust",
-                f"auth_file = {base / 'users.txt'}",
-                "pool_mode = transaction",
-                f"default_pool_size = {pool}",
-                "reserve_pool_size = 0",
-                f"max_db_connections = {pool}",
-                "max_client_conn = 1000",
-                "server_reset_query =",
-                "ignore_startup_parameters = extra_float_digits,options",
-                f"logfile = {base / 'pgbouncer.log'}",
-                "",
-            ]
-        )
-    )
-    prefix: list[str] = []
-    if os.geteuid() == 0:  # PgBouncer refuses to run as root
-        entry = pwd.getpwnam("postgres")
-        for path in (base, base / "users.txt", base / "pgbouncer.ini"):
-            os.chown(path, entry.pw_uid, entry.pw_gid)
-        prefix = ["runuser", "-u", "postgres", "--"]
-    proc = subprocess.Popen(
-        [*prefix, executable, str(base / "pgbouncer.ini")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    sys.exit(f"pgbouncer did not start; see {base / 'pgbouncer.log'}")
-                time.sleep(0.05)
-        yield port, version.stdout.splitlines()[0] if version.stdout else "pgbouncer"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        shutil.rmtree(base, ignore_errors=True)
+    with ExitStack() as stack:
+        try:
+            bouncer = stack.enter_context(
+                running_pgbouncer(
+                    int(server.get("port") or 5432),
+                    server_host=str(server.get("host") or "127.0.0.1"),
+                    user=str(server.get("user") or "postgres"),
+                    pool_size=pool,
+                    max_client_conn=1000,
+                )
+            )
+        except RuntimeError as exc:
+            sys.exit(str(exc))
+        yield bouncer.port, bouncer.version
 
 
 def measure(

@@ -1,8 +1,9 @@
 """A private PgBouncer in transaction pooling, from the machine's ``pgbouncer`` binary.
 
-Shared by the chaos harness and the pooler tests (tests/cluster.py wraps it). It
-listens on a free port of 127.0.0.1 with ``trust`` authentication and sends every
-database to one PostgreSQL server; `PgBouncer.retarget` points it at another (the
+Shared by the chaos harness, the pooler tests (tests/cluster.py wraps it) and the
+pooler benchmark (`benchmarks.pooler`). It listens on a free port of 127.0.0.1 with
+``trust`` authentication for one user and sends every database to one PostgreSQL
+server (127.0.0.1 unless told otherwise); `PgBouncer.retarget` points it at another (the
 new primary after a failover) by rewriting its ``[databases]`` entry and issuing
 ``RELOAD`` on the admin console, which is what a failover manager's hook does for a
 PgBouncer that stays in place. PgBouncer refuses to run as root: as root it runs as
@@ -46,6 +47,8 @@ class PgBouncer:
         log: its log file.
         ini: its configuration file.
         server_port: the port of the PostgreSQL server it sends every database to.
+        server_host: that server's host (or socket directory).
+        user: the one user it lets in (without a password) and its admin.
     """
 
     port: int
@@ -54,10 +57,12 @@ class PgBouncer:
     log: Path
     ini: Path
     server_port: int
+    server_host: str = "127.0.0.1"
+    user: str = "postgres"
 
     def dsn(self, dbname: str) -> str:
         """A DSN of ``dbname`` through the pooler."""
-        return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
+        return f"host=127.0.0.1 port={self.port} user={self.user} dbname={dbname}"
 
     def show(self, what: str) -> list[tuple[object, ...]]:
         """Rows of the admin console's ``SHOW <what>`` (``POOLS``, ``SERVERS``, ...)."""
@@ -76,13 +81,14 @@ class PgBouncer:
         ``[databases]`` entry and ``RELOAD``. PgBouncer closes the server connections
         of the old target as they come back to the pool; new ones go to the new one."""
         text = self.ini.read_text()
-        self.ini.write_text(text.replace(_target(self.server_port), _target(server_port)))
+        old, new = _target(self.server_host, self.server_port), _target(self.server_host, server_port)
+        self.ini.write_text(text.replace(old, new))
         self.server_port = server_port
         self.console("RELOAD")
 
 
-def _target(server_port: int) -> str:
-    return f"* = host=127.0.0.1 port={server_port}\n"
+def _target(server_host: str, server_port: int) -> str:
+    return f"* = host={server_host} port={server_port}\n"
 
 
 @contextmanager
@@ -92,12 +98,17 @@ def running_pgbouncer(
     pool_size: int = 8,
     max_client_conn: int = 400,
     server_login_retry: float | None = None,
+    server_host: str = "127.0.0.1",
+    user: str = "postgres",
 ) -> Iterator[PgBouncer]:
-    """PgBouncer in transaction pooling in front of 127.0.0.1:``server_port`` (every
-    database), with ``default_pool_size = pool_size``; stopped on exit.
+    """PgBouncer in transaction pooling in front of ``server_host``:``server_port``
+    (every database), with ``default_pool_size = pool_size``; stopped on exit.
 
     Args:
         server_port: the PostgreSQL server's port.
+        server_host: the server's host or socket directory.
+        user: the one user clients connect as (it must reach the server without a
+            password); also the admin console's.
         pool_size: server connections per database and user.
         max_client_conn: client connections it accepts.
         server_login_retry: seconds it waits after a failed server login before it
@@ -109,25 +120,24 @@ def running_pgbouncer(
     executable = pgbouncer_bin()
     if executable is None:
         raise RuntimeError("no pgbouncer binary: apt-get install pgbouncer")
-    version = subprocess.run(
-        [str(executable), "--version"], capture_output=True, text=True, check=False
-    ).stdout.splitlines()[0]
+    said = subprocess.run([str(executable), "--version"], capture_output=True, text=True, check=False)
+    version = next(iter(said.stdout.splitlines()), "pgbouncer")
     with workdir("pgtasks-pgbouncer-") as base:
         port = free_port()
         log = base / "pgbouncer.log"
         users = base / "users.txt"
-        users.write_text('"postgres" ""\n')
+        users.write_text(f'"{user}" ""\n')
         ini = base / "pgbouncer.ini"
         settings = [
             "[databases]",
-            _target(server_port).rstrip("\n"),
+            _target(server_host, server_port).rstrip("\n"),
             "[pgbouncer]",
             "listen_addr = 127.0.0.1",
             f"listen_port = {port}",
             "unix_socket_dir =",
             "auth_type = trust",
             f"auth_file = {users}",
-            "admin_users = postgres",
+            f"admin_users = {user}",
             "pool_mode = transaction",
             f"default_pool_size = {pool_size}",
             "min_pool_size = 0",
@@ -150,7 +160,7 @@ def running_pgbouncer(
         )
         try:
             _wait_listening(port, proc, log)
-            yield PgBouncer(port, pool_size, version, log, ini, server_port)
+            yield PgBouncer(port, pool_size, version, log, ini, server_port, server_host, user)
         finally:
             proc.terminate()
             try:
