@@ -281,6 +281,10 @@ class Completer:
             return self._batches.wait_for(lambda: self._done >= target, timeout)
 
     def _write_successes(self, items: list[Completion]) -> None:
+        # Rows are locked in id order by every batch write of this worker (successes,
+        # retries, starts), so two of them that overlap wait for each other instead of
+        # deadlocking.
+        items = sorted(items, key=_job_id)
         worker_id = self._owner()
         base, spans = _spans(items)
         delay = 0.05
@@ -409,6 +413,7 @@ class Completer:
         connection, a record it refuses), each is written on its own through
         `set_state_if_running`, which retries transient errors and fails a job whose
         outcome cannot be stored."""
+        items = sorted(items, key=lambda r: r.request.id or 0)  # lock order: see _write_successes
         try:
             applied = set(
                 self.jobs.retry_batch(
@@ -619,6 +624,7 @@ class Completer:
             return 0
         if not self._written_before(START_WAIT):
             return None
+        starts = sorted(starts)  # lock order: see _write_successes
         return self.jobs.mark_started(
             worker_id=self._owner(), ids=[i for i, _ in starts], starts=[t for _, t in starts]
         )
@@ -664,6 +670,10 @@ class Completer:
             reaper_log.warning("reaped job %s (%s) of a lost worker: now %s", r.job_id, r.task_name, r.status)
             self._hook("pgtasks_job_reaped", job_id=r.job_id, task_name=r.task_name, new_status=r.status)
         return reaped
+
+
+def _job_id(completion: Completion) -> int:
+    return completion.job_id
 
 
 def _spans(items: Sequence[Completion]) -> tuple[float | None, list[int]]:

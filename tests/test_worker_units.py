@@ -433,6 +433,38 @@ def test_completer_writes_every_result_added_from_many_threads(
     assert one(conn, "SELECT count(*) FROM pgtasks.jobs WHERE status = 'succeeded'") == 800
 
 
+def test_starts_and_successes_written_at_once_wait_for_each_other_without_deadlock(
+    app: pgtasks.App, store: Database, conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The heartbeat's start batch and the completer's success batch can cover the same
+    held jobs (started and finished since the last beat). Handed their ids in opposite
+    orders, both lock the rows in one order: neither fails nor retries on a deadlock."""
+    task = app.task(name="t")(lambda *a, **k: None)
+    completer = Completer(JobStore(store), "c", batch=1000, on_written=lambda done, lost: None)
+    failures: list[BaseException] = []
+    for _ in range(8):
+        ids = sorted(r.id for r in task.delay_many(range(600)))
+        assert sorted(claim(store, "c", None, limit=600)) == ids
+        now = time.time()
+        both = threading.Barrier(2)
+
+        def starts(ids: list[int] = ids, now: float = now) -> None:
+            both.wait()
+            try:
+                completer.record_starts([(i, now) for i in reversed(ids)])
+            except BaseException as exc:  # a deadlock reaches the heartbeat as DatabaseError
+                failures.append(exc)
+
+        thread = threading.Thread(target=starts)
+        thread.start()
+        both.wait()
+        completer._write_successes([Completion(i, "t", "null", None, 0.0, None, now, now + 0.001) for i in ids])
+        thread.join()
+    assert failures == []
+    assert "recording results failed" not in caplog.text
+    assert one(conn, "SELECT count(*) FROM pgtasks.jobs WHERE status = 'succeeded'") == 8 * 600
+
+
 def test_every_other_outcome_goes_through_one_path_that_says_whether_it_applied(
     app: pgtasks.App, store: Database, conn: psycopg.Connection[Any]
 ) -> None:
