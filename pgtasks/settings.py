@@ -260,9 +260,11 @@ class Settings:
             ``"DATABASE_URL"`` or ``"embedded"``.
         embedded_dir: data directory of the embedded server (None: its default).
         pool_size: most pooled connections per process (1..1000).
-        prepare_threshold: psycopg's server-side prepare threshold (an int >= 0), or None to
-            disable prepared statements (PgBouncer transaction pooling before 1.21;
-            ``PGTASKS_PREPARE_THRESHOLD=off``, or a number).
+        prepare_threshold: psycopg's server-side prepare threshold (an int >= 0) of the
+            app's connections, or None to disable prepared statements (PgBouncer
+            transaction pooling before 1.21; ``PGTASKS_PREPARE_THRESHOLD=off``, or a
+            number). A worker's own connections prepare at first use unless it is None
+            (`pgtasks.db.workers.worker_database`).
         read_dsn: libpq DSN or URI of a replica for the read-only views (``jobs list``
             and ``show``, ``queues``, ``workers``, ``metrics``, the dashboard;
             ``PGTASKS_READ_DSN``),

@@ -21,6 +21,7 @@ import pgtasks
 from pgtasks.completion import Completer, Completion, Outcome
 from pgtasks.context import CLAIM_COLUMNS, Request
 from pgtasks.db import Database, JobStore, ReapedJob, WorkerStore, text_array_literal
+from pgtasks.db.workers import worker_database
 from pgtasks.errors import Retry
 from pgtasks.maintenance import Reaper, ReaperConfig
 from pgtasks.states import JobStatus
@@ -688,6 +689,30 @@ def test_worker_connections_use_generic_plans_and_app_connections_do_not(app: pg
             assert row is not None and row[0] == "auto"
     finally:
         worker.database.close()
+
+
+def test_worker_connections_prepare_the_claim_at_its_first_use(dsn: str) -> None:
+    """A worker's queries are prepared at their first execution on a connection (not
+    the sixth, psycopg's default): an unprepared claim is parsed and planned each time.
+    With prepared statements off (PgBouncer before 1.21), nothing is prepared; an app's
+    connections keep psycopg's threshold."""
+    cases = (
+        (worker_database(dsn, max_size=1, prepare_threshold=5), 1),
+        (worker_database(dsn, max_size=1, prepare_threshold=None), 0),
+        (Database(dsn, max_size=1), 0),
+    )
+    for database, expected in cases:
+        try:
+            JobStore(database).claim_batch(
+                queues=text_array_literal(["default"]), worker_id="w", limit=1, max_tenants=1, fair=True
+            )
+            with database.connection() as c:  # the pool's only connection: the one that claimed
+                row = c.execute(
+                    "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ("%Claim up to%",)
+                ).fetchone()
+            assert row is not None and row[0] == expected, (database, expected)
+        finally:
+            database.close()
 
 
 def test_recorded_start_and_end_are_on_the_database_clock_whatever_the_host_clock(

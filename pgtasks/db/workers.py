@@ -15,14 +15,19 @@ def worker_database(dsn: str, *, max_size: int, prepare_threshold: int | None) -
     """A `Database` for a worker process (the worker and its pool's children).
 
     Its connections run ``worker_session_setup``: generic plans (the claim would be
-    planned again on every execution) and no JIT.
+    planned again on every execution) and no JIT; its queries are prepared at their
+    first use on a connection (`Database`'s ``prepare_at_first_use``).
 
     Args:
         dsn: the database. max_size: most pooled connections.
         prepare_threshold: psycopg's server-side prepare threshold (None: never).
     """
     return Database(
-        dsn, max_size=max_size, prepare_threshold=prepare_threshold, session="worker_session_setup"
+        dsn,
+        max_size=max_size,
+        prepare_threshold=prepare_threshold,
+        session="worker_session_setup",
+        prepare_at_first_use=True,
     )
 
 
