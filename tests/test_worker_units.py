@@ -449,7 +449,7 @@ def test_starts_and_successes_written_at_once_wait_for_each_other_without_deadlo
         now = time.time()
         both = threading.Barrier(2)
 
-        def starts(ids: list[int] = ids, now: float = now) -> None:
+        def starts(ids: list[int] = ids, now: float = now, both: threading.Barrier = both) -> None:
             both.wait()
             try:
                 completer.record_starts([(i, now) for i in reversed(ids)])
@@ -459,7 +459,9 @@ def test_starts_and_successes_written_at_once_wait_for_each_other_without_deadlo
         thread = threading.Thread(target=starts)
         thread.start()
         both.wait()
-        completer._write_successes([Completion(i, "t", "null", None, 0.0, None, now, now + 0.001) for i in ids])
+        completer._write_successes(
+            [Completion(i, "t", "null", None, 0.0, None, now, now + 0.001) for i in ids]
+        )
         thread.join()
     assert failures == []
     assert "recording results failed" not in caplog.text
