@@ -153,17 +153,24 @@ def explain(jobs: JobStore, job_id: int) -> Explanation:
     return Explanation(found.id, found.status, found.now, tuple(reasons))
 
 
+def _agreeing(count: int, one: str, many: str) -> str:
+    """``one`` (singular noun and verb) for a count of 1, else ``many``."""
+    return one if count == 1 else many
+
+
 def _blocked_reason(prerequisites: list[Prerequisite]) -> Reason:
     """The one reason of a blocked job: the prerequisites it still waits for."""
     waiting = [p for p in prerequisites if p.outcome is None]
     ids = [p.id for p in waiting]
     finished = {str(p.id): p.outcome for p in prerequisites if p.outcome is not None}
-    shown = ", ".join(f"{p.id} ({p.status or 'gone'})" for p in waiting) or "none"
-    return Reason(
-        ReasonCode.WAITING_FOR_PREREQUISITES,
-        f"waiting for prerequisites {shown}; it is queued when they have finished",
-        {"waiting_for": ids, "finished": finished},
-    )
+    if waiting:
+        shown = ", ".join(f"{p.id} ({p.status or 'gone'})" for p in waiting)
+        what = _agreeing(len(waiting), "prerequisite", "prerequisites")
+        when = _agreeing(len(waiting), "it has", "they have")
+        message = f"waiting for {what} {shown}; it is queued when {when} finished"
+    else:  # the last one finished between the two reads
+        message = "every prerequisite has just finished; it is queued or about to be"
+    return Reason(ReasonCode.WAITING_FOR_PREREQUISITES, message, {"waiting_for": ids, "finished": finished})
 
 
 def _reasons(j: JobSituation) -> list[Reason]:
@@ -201,10 +208,11 @@ def _reasons(j: JobSituation) -> list[Reason]:
         )
     if j.ahead:
         more = "more than " if j.ahead >= AHEAD_LIMIT else ""
+        jobs, come = ("job", "comes") if j.ahead == 1 and not more else ("jobs", "come")
         reasons.append(
             Reason(
                 ReasonCode.BEHIND,
-                f"{more}{j.ahead:,} due jobs of queue {j.queue!r} come before it by priority and age"
+                f"{more}{j.ahead:,} due {jobs} of queue {j.queue!r} {come} before it by priority and age"
                 f" ({j.ahead_in_tenant:,} of its own tenant; claims serve tenants in turn)",
                 {"ahead": j.ahead, "ahead_in_tenant": j.ahead_in_tenant, "at_least": bool(more)},
             )
@@ -230,7 +238,8 @@ def _flow_reasons(j: JobSituation) -> list[Reason]:
             Reason(
                 ReasonCode.CONCURRENCY_LIMIT,
                 f"its key {j.concurrency_key!r} at its limit ({j.key_running} running: {shown}{more});"
-                f" at most {j.concurrency_limit} of the key run at once",
+                f" at most {j.concurrency_limit}"
+                f" {_agreeing(j.concurrency_limit, 'job of the key runs', 'jobs of the key run')} at once",
                 {
                     "concurrency_key": j.concurrency_key,
                     "limit": j.concurrency_limit,
@@ -255,7 +264,8 @@ def _flow_reasons(j: JobSituation) -> list[Reason]:
             Reason(
                 ReasonCode.OVER_SHARE,
                 f"its tenant {j.tenant!r} over its share: {j.tenant_running} of the {j.queue_running}"
-                f" running jobs of queue {j.queue!r} (weight {j.tenant_weight:g}, a share of {share:.1f});"
+                f" running {_agreeing(j.queue_running, 'job', 'jobs')} of queue {j.queue!r}"
+                f" (weight {j.tenant_weight:g}, a share of {share:.1f});"
                 " claims serve other tenants with due jobs first",
                 {
                     "tenant": j.tenant,
@@ -284,5 +294,7 @@ def _state_reason(j: JobSituation) -> Reason:
             f"running on worker {j.worker_id} since {j.started_at.isoformat()} (attempt {j.attempt})",
             {"worker_id": j.worker_id, "started_at": j.started_at.isoformat(), "attempt": j.attempt},
         )
+    # The code says "finished" already (``pgtasks jobs explain`` prints "finished: <message>").
     ended = j.finished_at.isoformat() if j.finished_at is not None else None
-    return Reason(ReasonCode.FINISHED, f"finished: {j.status} at {ended}", {"finished_at": ended})
+    message = f"{j.status} at {ended}" if ended is not None else f"{j.status}, at an unrecorded time"
+    return Reason(ReasonCode.FINISHED, message, {"finished_at": ended})

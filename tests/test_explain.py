@@ -8,6 +8,7 @@ tenant's job; ``pgtasks jobs explain`` prints it, also as JSON.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import threading
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ import pgtasks
 from pgtasks.cli import cli
 from pgtasks.errors import JobNotFound
 from pgtasks.records import ReasonCode
+from pgtasks.testing import run_until_idle
 from pgtasks.worker import Worker, WorkerConfig
 
 QUEUE = "work"
@@ -157,3 +159,28 @@ def test_cli_explain_prints_reasons_and_json(tapp: pgtasks.App, dsn: str) -> Non
     assert missing.exit_code == 1 and "9000000000" in missing.output
     other = runner.invoke(cli, ["--dsn", dsn, "jobs", "explain", str(job.id), "--tenant", "someone"])
     assert other.exit_code == 1 and "no job with id" in other.output
+
+
+def test_cli_explain_says_finished_once_and_agrees_with_one_job_ahead(tapp: pgtasks.App, dsn: str) -> None:
+    _live_worker(tapp)
+    quick = tapp.get_task("t.quick")
+    done = quick.delay(1)
+    run_until_idle(tapp, queues=[QUEUE])
+    quick.delay(2)
+    second = quick.delay(3)
+    runner = CliRunner()
+
+    def explained(job_id: int) -> list[str]:
+        out = runner.invoke(cli, ["--dsn", dsn, "jobs", "explain", str(job_id)], catch_exceptions=False)
+        assert out.exit_code == 0, out.output
+        return out.output.splitlines()
+
+    head, line = explained(done.id)
+    assert head == f"job {done.id}: succeeded"
+    assert line.startswith("  finished: succeeded at "), line
+    finished_at = tapp.get_job(done.id).finished_at
+    assert dt.datetime.fromisoformat(line.removeprefix("  finished: succeeded at ")) == finished_at
+    assert explained(second.id)[1] == (
+        "  behind: 1 due job of queue 'work' comes before it by priority and age"
+        " (1 of its own tenant; claims serve tenants in turn)"
+    )

@@ -204,6 +204,7 @@ def test_explain_names_the_key_at_its_limit_and_its_running_jobs(app: pgtasks.Ap
     reasons = app.explain(second.id).reasons
     assert reasons[0].code == ReasonCode.CONCURRENCY_LIMIT
     assert f"(1 running: {first.id})" in reasons[0].message
+    assert reasons[0].message.endswith("; at most 1 job of the key runs at once")
     assert reasons[0].details["running_ids"] == [first.id]
 
 
