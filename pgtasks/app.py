@@ -341,7 +341,9 @@ class App:
             are skipped (use `Task.apply_async` to get `AlreadyQueued` per call).
 
         Raises:
-            ConfigurationError, SerializationError: nothing is written.
+            ConfigurationError, SerializationError: an item is refused (or is no
+                signature); the message starts with its 0-based index (``"item 3:
+                ..."``), and nothing is written.
         """
         return self.enqueuer.bulk_apply(signatures, connection=connection)
 

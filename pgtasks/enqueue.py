@@ -28,7 +28,7 @@ import psycopg
 
 import pgtasks.flow as flow_control
 from pgtasks.db import AnyAsyncConnection, AnyConnection, NewJob
-from pgtasks.errors import AlreadyQueued, ConfigurationError, JobNotFound
+from pgtasks.errors import AlreadyQueued, ConfigurationError, JobNotFound, SerializationError
 from pgtasks.plugins import call_isolated
 from pgtasks.result import AsyncResult
 from pgtasks.serialization import dumps
@@ -541,7 +541,9 @@ class JobEnqueuer:
             already held are skipped.
 
         Raises:
-            ConfigurationError, SerializationError: nothing is written.
+            ConfigurationError, SerializationError: a call is refused; the message
+                starts with its 0-based index in ``calls`` (``"item 3: ..."``), and
+                nothing is written.
             DatabaseError: PostgreSQL refused the write (nothing is written).
         """
         conn = check_connection(connection)
@@ -558,22 +560,27 @@ class JobEnqueuer:
         flows: list[flow_control.FlowFields | None] = []  # each row's flow control (JobEnqueuer.flow)
         row_bases: list[dict[str, Any]] = []  # each row's validated options (shared dicts)
         last: tuple[Any, Any, dict[str, Any]] | None = None  # (task, options, base) of the previous call
-        for task, call_args, call_kwargs, options in calls:
-            if last is not None and task is last[0] and options is last[1]:
-                base = last[2]  # delay_many: every call shares one options mapping
-            else:
-                key = _options_key(task, options)
-                if key not in bases:
-                    bases[key] = (options, option_params(task, options))
-                base = bases[key][1]
-                last = (task, options, base)
-            args = call_args if type(call_args) is tuple else tuple(call_args)
-            kwargs = call_kwargs if type(call_kwargs) is dict else dict(call_kwargs)
-            rows.append(
-                self._call_fields(task, args, kwargs, options, base, hooked=hooked, batch_index=len(rows))
-            )
-            row_bases.append(base)
-            flows.append(self.flow(task, args, kwargs, options, base))
+        try:
+            for task, call_args, call_kwargs, options in calls:
+                if last is not None and task is last[0] and options is last[1]:
+                    base = last[2]  # delay_many: every call shares one options mapping
+                else:
+                    key = _options_key(task, options)
+                    if key not in bases:
+                        bases[key] = (options, option_params(task, options))
+                    base = bases[key][1]
+                    last = (task, options, base)
+                args = call_args if type(call_args) is tuple else tuple(call_args)
+                kwargs = call_kwargs if type(call_kwargs) is dict else dict(call_kwargs)
+                fields = self._call_fields(
+                    task, args, kwargs, options, base, hooked=hooked, batch_index=len(rows)
+                )
+                flows.append(self.flow(task, args, kwargs, options, base))
+                rows.append(fields)  # last: len(rows) is the index of the call being looked at
+                row_bases.append(base)
+        except (ConfigurationError, SerializationError) as exc:
+            _name_item(exc, len(rows))
+            raise
         if not rows:
             return []
         used = [base for _, base in bases.values()]
@@ -647,21 +654,41 @@ class JobEnqueuer:
         stores = self.source.stores
         results: list[AsyncResult] = []
         with stores.database.transaction(conn) as tx:
-            for task, call_args, call_kwargs, options in calls:
+            for index, (task, call_args, call_kwargs, options) in enumerate(calls):
                 try:
                     results.append(
                         self.enqueue(task, tuple(call_args), dict(call_kwargs), {**options, "connection": tx})
                     )
                 except AlreadyQueued:
                     continue
+                except (ConfigurationError, SerializationError) as exc:
+                    _name_item(exc, index)
+                    raise
         return results
 
     def bulk_apply(self, signatures: Iterable[Signature], *, connection: Any = None) -> list[AsyncResult]:
         """`enqueue_batch` of ``task.s(*args, **kwargs)`` signatures (optionally ``.set(...)``).
 
         Raises:
-            ConfigurationError, SerializationError: nothing is written.
+            ConfigurationError: an item is no signature, or as `enqueue_batch`.
+            SerializationError: as `enqueue_batch`.
             DatabaseError: PostgreSQL refused the write (nothing is written).
         """
-        calls = ((sig.task, sig.args, sig.kwargs, sig.options) for sig in signatures)
+        from pgtasks.task import Signature
+
+        calls: list[BatchCall] = []
+        for index, sig in enumerate(signatures):
+            if not isinstance(sig, Signature):
+                got = short(sig)
+                raise ConfigurationError(
+                    f"item {index}: bulk_apply takes signatures (task.s(...)), got {got}"
+                )
+            calls.append((sig.task, sig.args, sig.kwargs, sig.options))
         return self.enqueue_batch(calls, connection=connection)
+
+
+def _name_item(exc: ConfigurationError | SerializationError, index: int) -> None:
+    """Put the 0-based ``index`` of the bulk call ``exc`` refused in front of its message
+    (``"item 3: args[0]: ..."``), keeping its type and attributes (a `SerializationError`'s
+    ``path`` and ``reason`` stay those of the value inside the call)."""
+    exc.args = (f"item {index}: {exc}",)

@@ -502,6 +502,12 @@ class Task:
 
         Returns:
             One `AsyncResult` per written job, in order.
+
+        Raises:
+            ConfigurationError, SerializationError: an item or an option is refused, as
+                `apply_async` would refuse it; the message starts with the 0-based index
+                of the first item refused (``"item 3: args[0]: ..."``), and nothing is
+                written.
         """
         _check_option_names(options)
         connection = options.pop("connection", None)

@@ -15,7 +15,7 @@ import pytest
 import pgtasks
 from pgtasks.context import CLAIM_COLUMNS
 from pgtasks.db import text_array_literal
-from pgtasks.errors import AlreadyQueued, ConfigurationError, PgtasksError
+from pgtasks.errors import AlreadyQueued, ConfigurationError, PgtasksError, SerializationError
 from pgtasks.serialization import dumps
 from pgtasks.task import MAX_KEY_BYTES
 
@@ -315,6 +315,34 @@ def test_empty_bulk_writes_nothing(app: pgtasks.App, task: pgtasks.Task) -> None
 def test_bad_item_in_bulk_writes_nothing(task: pgtasks.Task, conn: psycopg.Connection[Any]) -> None:
     with pytest.raises(ConfigurationError):
         task.app.bulk_apply([*(task.s(i) for i in range(100)), task.s(1).set(priority=10**6)])
+    assert _count(conn) == 0
+
+
+def test_a_refused_item_of_a_bulk_call_is_named_by_its_index_and_nothing_is_written(
+    app: pgtasks.App, task: pgtasks.Task, conn: psycopg.Connection[Any]
+) -> None:
+    with pytest.raises(SerializationError) as info:
+        task.delay_many([*range(100), object(), 101])  # enough for COPY
+    assert str(info.value).startswith("item 100: args[0]: values of type object cannot be stored"), info.value
+    assert info.value.path == "args[0]"  # where the value sits inside its call, as before
+    good = [task.s(i) for i in range(5)]
+    for bad, refused, message in (
+        (task.s(1).set(priority=10**6), ConfigurationError, "item 2: priority must be an int"),
+        (task.s(1).set(countdown=-1), ConfigurationError, "item 2: countdown must be seconds"),
+        (task.s(1, 2, 3), ConfigurationError, "item 2: arguments do not fit task 'ocr'"),
+        ("ocr(1)", ConfigurationError, "item 2: bulk_apply takes signatures (task.s(...)), got 'ocr(1)'"),
+        (task.s(object()), SerializationError, "item 2: args[0]: values of type object"),
+        (task.s(1, lang="a\x00b"), SerializationError, "item 2: kwargs['lang']: string contains a NUL"),
+        # A call with a callback goes the other way (one enqueue each, in one transaction).
+        (task.s(object()).set(link=task.si(1)), SerializationError, "item 2: args[0]: values of type object"),
+        (task.s(1).set(link=task.si(1, 2, 3)), ConfigurationError, "item 2: arguments do not fit task 'ocr'"),
+    ):
+        items: list[Any] = [*good[:2], bad, *good[2:]]  # bad may be no signature at all
+        with pytest.raises(refused) as caught:
+            app.bulk_apply(items)
+        assert str(caught.value).startswith(message), caught.value
+    with pytest.raises(ConfigurationError, match=r"^item 0: priority must be an int"):
+        task.delay_many(range(3), priority="high")  # an option of every item: the first is named
     assert _count(conn) == 0
 
 
