@@ -162,6 +162,28 @@ def _callbacks(label: str, value: object) -> list[Signature]:
     return sigs
 
 
+def _check_callback_tenants(label: str, sigs: list[Signature], tenant: str) -> None:
+    """Refuse callbacks (``link``, ``link_error``, and theirs in turn) whose ``tenant``
+    option names another tenant than ``tenant``, their job's: a callback is written as
+    its job's tenant's (it waits for the job, and a job waits only for jobs of its own
+    tenant), so another tenant there would be silently replaced, as a tenant handle
+    (`pgtasks.TenantScope`) refuses ``tenant=`` naming another.
+
+    Raises:
+        ConfigurationError: naming the option, the callback's task and both tenants
+            (nothing is written).
+    """
+    for sig in sigs:
+        if "tenant" in sig.options and sig.options["tenant"] != tenant:
+            raise ConfigurationError(
+                f"{label} callback of task {sig.task.name!r} names tenant {short(sig.options['tenant'])},"
+                f" not its job's tenant {short(tenant)}; a callback is its job's tenant's"
+                " (leave tenant= out of the signature)"
+            )
+        for option in ("link", "link_error"):
+            _check_callback_tenants(option, _callbacks(option, sig.options.get(option)), tenant)
+
+
 def _dependency_params(options: Mapping[str, Any]) -> tuple[list[int], str, str, str]:
     """(prerequisite ids, run_on, on_failure, pass_results) of an enqueue's options.
 
@@ -462,13 +484,17 @@ class JobEnqueuer:
 
         Raises:
             JobNotFound: a prerequisite is no job of the job's tenant (nothing written).
-            ConfigurationError, SerializationError, AlreadyQueued, DatabaseError: as `enqueue`.
+            ConfigurationError: a callback names another tenant than the job's
+                (`_check_callback_tenants`), or as `enqueue` (nothing written).
+            SerializationError, AlreadyQueued, DatabaseError: as `enqueue`.
         """
         conn = check_connection(options.get("connection"))
         prerequisites, run_on, on_failure, pass_results = _dependency_params(options)
         links = _callbacks("link", options.get("link"))
         errbacks = _callbacks("link_error", options.get("link_error"))
         job = self.new_job(task, args, kwargs, options)
+        _check_callback_tenants("link", links, job.tenant)
+        _check_callback_tenants("link_error", errbacks, job.tenant)
         stores = self.source.stores
         jobs = stores.jobs
         with stores.database.transaction(conn) as tx:
@@ -505,6 +531,8 @@ class JobEnqueuer:
         links = _callbacks("link", options.get("link"))
         errbacks = _callbacks("link_error", options.get("link_error"))
         job = self.new_job(task, args, kwargs, options)
+        _check_callback_tenants("link", links, job.tenant)
+        _check_callback_tenants("link_error", errbacks, job.tenant)
         jobs = self.source.stores.jobs
         if prerequisites:
             found = set(await jobs.lock_prerequisites_async(ids=prerequisites, tenant=job.tenant, conn=conn))

@@ -449,7 +449,9 @@ class Task:
                 ``on_prerequisite_failure`` (``"cancel"``, the default: a prerequisite
                 that fails or is cancelled cancels the job; ``"run"``: it runs once
                 all have finished), ``link`` / ``link_error`` (signatures, or lists
-                of them, enqueued with the job: run after it succeeds / fails for good).
+                of them, enqueued with the job: run after it succeeds / fails for good;
+                they are the job's tenant's, and one whose ``tenant`` option names
+                another is refused).
 
         Returns:
             An `AsyncResult` for the new job.
@@ -457,8 +459,9 @@ class Task:
         Raises:
             ConfigurationError: unknown option names, invalid values (each limit is
                 listed in docs/errors.md), ``args`` / ``kwargs`` that are not a
-                sequence / mapping (a str is refused), or arguments that do not fit
-                the function's signature (unless the task has ``typing=False``).
+                sequence / mapping (a str is refused), arguments that do not fit
+                the function's signature (unless the task has ``typing=False``), or a
+                callback signature naming another tenant than the job's (nothing written).
             SerializationError: an argument cannot round-trip exactly (nothing written).
             AlreadyQueued: the unique key is held by an unfinished job.
             JobNotFound: a ``depends_on`` id names no job of the job's tenant

@@ -6,7 +6,9 @@ Many tenants share one database (every job row carries its ``tenant``). A
 
 - enqueue: ``send_task(name, ...)``, ``apply_async(task, ...)``, ``delay(task, ...)``
   and ``bind(task).delay(...)`` write jobs of the handle's tenant; a ``tenant=``
-  option that names another is refused (`ConfigurationError`, nothing written);
+  option that names another is refused (`ConfigurationError`, nothing written), and so
+  is a ``link`` / ``link_error`` callback signature that names another (a callback is
+  its job's tenant's: `pgtasks.enqueue`);
   their ``*_async`` forms do the same from asyncio code, natively in the caller's
   transaction when ``connection=`` is a ``psycopg.AsyncConnection``;
 - lookups and actions: ``AsyncResult(id)``, ``get_job``, ``cancel``/``cancel_job``,
@@ -152,9 +154,9 @@ class TenantScope:
             An `AsyncResult` that reads through the handle.
 
         Raises:
-            ConfigurationError: ``tenant`` names another tenant, ``task`` is not a
-                task of this app, or any error of `pgtasks.Task.apply_async`
-                (nothing is written).
+            ConfigurationError: ``tenant`` names another tenant (or a ``link`` /
+                ``link_error`` signature does), ``task`` is not a task of this app, or
+                any error of `pgtasks.Task.apply_async` (nothing is written).
             UnknownTask: no task has this name.
             AlreadyQueued: an unfinished job holds the unique key; its ``job_id`` is
                 -1 when that job is another tenant's (its id is not shown).

@@ -233,6 +233,31 @@ def test_enqueue_sets_the_tenant_and_refuses_another(
         tapp.tenant("x\x00y")
 
 
+def test_a_callback_naming_another_tenant_is_refused_as_the_option_is(
+    tapp: pgtasks.App, conn: psycopg.Connection[Any]
+) -> None:
+    """A ``link`` / ``link_error`` callback is its job's tenant's: one naming another was
+    silently made the job's; it is refused at the call, as ``tenant=`` is."""
+    handle = tapp.tenant(A)
+    work = tapp.get_task("t.work")
+    theirs = work.s().set(tenant=B)
+    count = conn.execute("SELECT count(*) FROM pgtasks.jobs").fetchone()
+    for call in (
+        lambda: handle.apply_async(work, (1,), link=theirs),
+        lambda: handle.bind(work).apply_async((1,), link_error=[work.si(2), theirs]),
+        lambda: handle.apply_async(work, (1,), link=work.s().set(link=theirs)),  # a callback's callback
+        lambda: handle.bind(work).delay_many([1, 2], link=theirs),
+        lambda: work.apply_async((1,), tenant=A, link=theirs),  # the app's own API: the same rule
+        lambda: work.s(1).set(tenant=A).link(theirs).delay(),
+    ):
+        with pytest.raises(ConfigurationError, match=f"names tenant '{B}', not its job's tenant '{A}'"):
+            call()
+    assert conn.execute("SELECT count(*) FROM pgtasks.jobs").fetchone() == count  # nothing written
+    made = handle.apply_async(work, (1,), link=[work.s().set(tenant=A), work.si(3)])  # its own, or none
+    written = conn.execute("SELECT tenant FROM pgtasks.jobs WHERE id >= %s ORDER BY id", (made.id,))
+    assert written.fetchall() == [(A,), (A,), (A,)]
+
+
 def test_a_unique_key_held_by_another_tenant_does_not_show_its_job(tapp: pgtasks.App) -> None:
     held = tapp.tenant(B).apply_async("t.work", (1,), unique_key="report:2026")
     with pytest.raises(AlreadyQueued) as info:
