@@ -323,3 +323,25 @@ def test_raw_alone_measures_the_multi_row_insert_reference(smoke_run: tuple[str,
     subject = sections["pgtasks relative to each system"]
     row = r"^\| Bulk enqueue over raw's multi-row INSERT \(jobs/s\) \| [0-9.]+x \|$"
     assert re.search(row, subject, flags=re.MULTILINE), subject
+
+
+def test_bulk_probe_reports_each_variant_against_raw() -> None:
+    """``python -m benchmarks.bulk`` times the raw multi-row INSERT, the COPY floor of
+    pgtasks' rows and ``delay_many`` side by side; a tiny run prints one rate each."""
+    command = [
+        sys.executable, "-m", "benchmarks.bulk", "--calls", "2", "--chunk", "50", "--reps", "1", "--dsn", DSN,
+    ]  # fmt: skip
+    done = _run(command, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = re.findall(r"^\s*(\w+):\s+([0-9,]+) jobs/s \(.*\), ([0-9.]+)x raw$", done.stdout, re.M)
+    assert [name for name, _, _ in found] == ["raw", "floor", "pgtasks"], done.stdout
+    assert all(float(rate.replace(",", "")) > 0 for _, rate, _ in found)
+    assert found[0][2] == "1.00"
+
+
+@pytest.mark.parametrize("bad", [["--calls", "0"], ["--chunk", "0"], ["--reps", "0"]])
+def test_bulk_probe_refuses_bad_arguments(bad: list[str]) -> None:
+    command = [sys.executable, "-m", "benchmarks.bulk", *bad, "--dsn", DSN]
+    done = _run(command, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert bad[0] in done.stderr
