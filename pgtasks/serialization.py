@@ -29,9 +29,11 @@ Refused: ``Enum`` members (pass ``.value``), dataclasses and other objects (pass
 ``dataclasses.asdict(obj)`` or an id), ``bytearray``/``memoryview`` (pass
 ``bytes``), subclasses of the types above, dicts with non-``str`` keys or with the
 reserved key ``"$pgtasks"``, strings (values or keys) with NUL or lone surrogates,
-time zones other than ``ZoneInfo`` (with a key) and ``datetime.timezone``, and
+time zones other than ``ZoneInfo`` (with a key) and ``datetime.timezone``,
 nesting deeper than 126 levels (orjson writes at most 254 levels and a tagged
-container takes two).
+container takes two), and a value larger than PostgreSQL's jsonb holds
+(`JSONB_MAX_BYTES`, `jsonb_size`): refused before it is sent, rather than failing
+the INSERT (SQLSTATE 54000).
 """
 
 from __future__ import annotations
@@ -52,7 +54,17 @@ import orjson
 from pgtasks.errors import SerializationError
 from pgtasks.secret_ref import SecretRef, secret_from_text
 
-__all__ = ["TAG", "Undecodable", "decode", "dumps", "encode", "loads_json", "undecodable"]
+__all__ = [
+    "JSONB_MAX_BYTES",
+    "TAG",
+    "Undecodable",
+    "decode",
+    "dumps",
+    "encode",
+    "jsonb_size",
+    "loads_json",
+    "undecodable",
+]
 
 TAG: Final = "$pgtasks"
 _TAG_BYTES: Final = b'"$pgtasks"'
@@ -64,6 +76,25 @@ _INT64_MAX: Final = 2**63 - 1
 # (tuple, set, timedelta) takes two of them (the tag object and its list), so 126
 # levels of Python nesting always fit.
 _MAX_DEPTH: Final = 126
+#: Most bytes of a jsonb value's data (its container, 4-byte header excluded): PostgreSQL
+#: refuses a larger one with SQLSTATE 54000, "total size of jsonb array elements exceeds
+#: the maximum of 268435455 bytes" (or of object elements; "string too long to represent
+#: as jsonb string" for one string). It is ``JENTRY_OFFLENMASK`` of PostgreSQL's
+#: ``src/include/utils/jsonb.h``: a container's length field has 28 bits.
+JSONB_MAX_BYTES: Final = 0x0FFFFFFF
+# Most elements of one jsonb array, and pairs of one object: PostgreSQL builds a
+# container's values in an array it doubles from 4 (32 bytes per element, 72 per pair),
+# and one allocation past MaxAllocSize (1 GB - 1) fails ("invalid memory alloc request
+# size"), before its own limit of elements (JSONB_MAX_ELEMS) is reached.
+_JSONB_MAX_ELEMENTS: Final = 2**24
+_JSONB_MAX_PAIRS: Final = 2**23
+# JSON text of at most this many bytes makes a jsonb within those limits, so `dumps`
+# skips the walk of `jsonb_size` below it. jsonb takes at most 6 bytes per byte of text,
+# plus 16: a one-character number and its comma (2 bytes) become a 4-byte entry and an
+# aligned 8-byte numeric; any other element takes fewer per byte; the 16 are the header
+# and the array a lone scalar is stored in (``5`` takes 20 bytes). 8 leaves a margin. An
+# array of more than 2**24 elements takes at least 2 bytes of text each, a pair 5.
+_JSONB_SAFE_TEXT_BYTES: Final = min(JSONB_MAX_BYTES // 8, 2 * _JSONB_MAX_ELEMENTS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,17 +422,115 @@ def dumps(value: Any, path: str = "value") -> str:
     """Encode a value to JSON text for a jsonb parameter.
 
     Raises:
-        SerializationError: the value cannot round-trip exactly (see module docs).
+        SerializationError: the value cannot round-trip exactly (see module docs), or
+            its jsonb would be larger than `JSONB_MAX_BYTES` (the message gives both
+            sizes; nothing is sent to PostgreSQL).
     """
     if value is None:
         return "null"  # tasks that return nothing
-    if _plain(value):
-        return orjson.dumps(value).decode("utf-8")  # the common case: nothing to convert
-    data = encode(value, path)  # raises SerializationError naming the exact path
+    # The common case, JSON-native data, as it is; else encode, which raises
+    # SerializationError naming the exact path.
+    data = value if _plain(value) else encode(value, path)
     try:
-        return orjson.dumps(data).decode("utf-8")
+        raw = orjson.dumps(data)
     except orjson.JSONEncodeError as exc:  # a safety net; encode refuses what orjson would
         raise SerializationError(path, str(exc)) from None
+    if len(raw) > _JSONB_SAFE_TEXT_BYTES:  # large enough to be over: measure it as jsonb
+        try:
+            size = jsonb_size(data) - 4
+        except ValueError as exc:  # too many elements
+            raise SerializationError(path, f"{exc}; pass a reference to the data instead") from None
+        if size > JSONB_MAX_BYTES:
+            raise SerializationError(
+                path,
+                f"{size:,} bytes as jsonb ({len(raw):,} as JSON text), more than the"
+                f" {JSONB_MAX_BYTES:,} bytes PostgreSQL's jsonb holds; pass a reference"
+                " to the data (a path, an id) instead",
+            )
+    return raw.decode("utf-8")
+
+
+def jsonb_size(data: Any) -> int:
+    """The bytes PostgreSQL's jsonb takes for ``data`` (what ``pg_column_size(x::jsonb)``
+    says of its JSON text), its 4-byte header included.
+
+    It follows PostgreSQL's layout (``src/backend/utils/adt/jsonb_util.c``,
+    ``convertToJsonb``): a container is aligned to 4 bytes and has a 4-byte header and
+    a 4-byte entry per element (two per key and value); a string takes its UTF-8
+    bytes; a number takes a ``numeric`` aligned to 4 bytes; ``true``, ``false`` and
+    ``null`` take their entry only; an object's keys come first, then its values, both
+    in jsonb's key order (shorter keys first, then by bytes). A scalar on its own is
+    stored as an array of one.
+
+    Args:
+        data: JSON-native data (what `encode` returns): None, bool, int, float, str,
+            list, dict with str keys.
+
+    Raises:
+        ValueError: an array of more than 2**24 elements or an object of more than
+            2**23 keys, which PostgreSQL cannot build as jsonb at all.
+    """
+    if type(data) is not list and type(data) is not dict:
+        data = [data]
+    return _jsonb_end(data, 4)
+
+
+def _align4(position: int) -> int:
+    return (position + 3) & ~3
+
+
+def _jsonb_end(value: Any, position: int) -> int:
+    """Where the data of ``value`` ends in a jsonb buffer, written from ``position``."""
+    kind = type(value)
+    if kind is str:
+        return position + (len(value) if value.isascii() else len(value.encode("utf-8")))
+    if value is None or kind is bool:
+        return position
+    if kind is int or kind is float:
+        return _align4(position) + _numeric_size(value)
+    if kind is list:
+        if len(value) > _JSONB_MAX_ELEMENTS:
+            raise ValueError(
+                f"an array of {len(value):,} elements, more than a jsonb array's {_JSONB_MAX_ELEMENTS:,}"
+            )
+        position = _align4(position) + 4 + 4 * len(value)
+        for item in value:
+            position = _jsonb_end(item, position)
+        return position
+    if len(value) > _JSONB_MAX_PAIRS:  # a dict
+        raise ValueError(f"an object of {len(value):,} keys, more than a jsonb object's {_JSONB_MAX_PAIRS:,}")
+    keys = sorted(value, key=_jsonb_key_order)
+    position = _align4(position) + 4 + 8 * len(keys)
+    for key in keys:
+        position = _jsonb_end(key, position)
+    for key in keys:
+        position = _jsonb_end(value[key], position)
+    return position
+
+
+def _jsonb_key_order(key: str) -> tuple[int, bytes]:
+    encoded = key.encode("utf-8")
+    return len(encoded), encoded
+
+
+def _numeric_size(number: int | float) -> int:
+    """The bytes of the ``numeric`` PostgreSQL reads from the JSON text of ``number``
+    (``src/backend/utils/adt/numeric.c``, ``make_result``): a 4-byte header, 2 bytes
+    of sign, scale and weight (4 when the scale is above 63 or the weight outside
+    -64..63), and 2 bytes per base-10000 digit between the first and the last that is
+    not zero."""
+    exact = Decimal(number if type(number) is int else orjson.dumps(number).decode("ascii"))
+    _, digits, exponent = exact.as_tuple()
+    assert isinstance(exponent, int)  # a finite number: encode tags the others
+    text = "".join(map(str, digits))  # no leading zero but for zero itself
+    significant = text.rstrip("0")
+    if not significant.strip("0"):
+        return 6  # zero: no digit
+    lowest = exponent + len(text) - len(significant)  # the power of ten of the last digit not 0
+    weight = (lowest + len(significant) - 1) // 4  # the base-10000 digit of the first digit
+    ndigits = weight - lowest // 4 + 1
+    short = max(0, -exponent) <= 63 and -64 <= weight <= 63  # scale and weight fit 2 bytes
+    return (6 if short else 8) + 2 * ndigits
 
 
 def loads_json(raw: bytes) -> Any:

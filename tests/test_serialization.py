@@ -19,7 +19,16 @@ import pytest
 
 import pgtasks
 from pgtasks.errors import SerializationError
-from pgtasks.serialization import PLAIN_FLOAT_MAX, PLAIN_FLOAT_MIN, TAG, decode, dumps, encode
+from pgtasks.serialization import (
+    JSONB_MAX_BYTES,
+    PLAIN_FLOAT_MAX,
+    PLAIN_FLOAT_MIN,
+    TAG,
+    decode,
+    dumps,
+    encode,
+    jsonb_size,
+)
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -426,3 +435,64 @@ def test_flat_dict_shortcut_still_refuses(value: dict[Any, Any], path: str) -> N
 def test_none_is_stored_as_json_null() -> None:
     assert dumps(None) == "null"
     assert decode(orjson.loads(dumps(None))) is None
+
+
+# -- the size jsonb holds ---------------------------------------------------------------
+
+# Shapes where jsonb's layout matters: numbers of every digit count and scale (each a
+# numeric aligned to 4 bytes), strings of 0 to 4 bytes before them (the padding), keys
+# in jsonb's order (shorter first), nesting, and the densest text jsonb grows from.
+JSONB_SHAPES: list[Any] = [
+    [],
+    {},
+    5,
+    "x",
+    [0, 1, -1, 10, 100, 9999, 10000, 12345, 123456789, 2**63 - 1, -(2**63)],
+    [0.5, 0.0001, 0.00012, 123456.789, 1e14 + 0.5, -2.25, 3.0, 1.0e-4, 999999999999999.9],
+    ["", 1, "a", 2, "ab", 3, "abc", 4, "abcd", 5, "é", 6.5, "€", 7, "😀", True, None, False],
+    {"a": 1, "bb": [1, "x"], "": None, "é": True, "ccc": {"d": 1.5, "c": "x"}, "b": 0},
+    [[[]], {}, [None, True, False, 1, "s", [1, [2, {"k": "v", "kk": 2.5}]]]],
+    [0] * 1000,
+    [1] * 1000,
+    [[0]] * 500,
+    [{}] * 500,
+    [{"a": 0}] * 300,
+]
+
+
+@pytest.mark.parametrize(
+    "value",
+    JSONB_SHAPES + [v for _, v in ROUND_TRIP],
+    ids=[f"shape{i}" for i in range(len(JSONB_SHAPES))] + [n for n, _ in ROUND_TRIP],
+)
+def test_jsonb_size_is_what_postgresql_stores(conn: psycopg.Connection[Any], value: Any) -> None:
+    text = dumps(value)
+    row = conn.execute("SELECT pg_column_size(%s::jsonb)", (text,)).fetchone()
+    assert row is not None
+    assert jsonb_size(orjson.loads(text)) == row[0]
+    assert row[0] <= 6 * len(text.encode()) + 16  # what lets dumps skip the walk of small values
+
+
+def test_an_argument_larger_than_jsonb_holds_is_refused_before_the_insert(
+    app: pgtasks.App, conn: psycopg.Connection[Any]
+) -> None:
+    """PostgreSQL refuses a jsonb over 268,435,455 bytes (SQLSTATE 54000 from the INSERT);
+    every enqueue path refuses it first, as a SerializationError giving both sizes."""
+    task = _task(app)
+    task.delay("warm-up")
+    huge = "x" * (270 * 1024 * 1024)
+    in_args = len(huge) + 8  # the array's header and its element's entry
+    in_kwargs = len(huge) + 16  # the object's header, two entries and the key
+    limit = f"more than the {JSONB_MAX_BYTES:,} bytes PostgreSQL's jsonb holds"
+    for call, prefix, size in (
+        (lambda: task.delay(huge), "args: ", in_args),
+        (lambda: task.apply_async(kwargs={"text": huge}), "kwargs: ", in_kwargs),
+        (lambda: task.delay_many(["small", huge]), "item 1: args: ", in_args),
+        (lambda: app.bulk_apply([task.s(1), task.s(huge).set(link=task.si(2))]), "item 1: args: ", in_args),
+        (lambda: pgtasks.chain(task.si(1), task.si(huge)).apply_async(), "args: ", in_args),
+    ):
+        with pytest.raises(SerializationError) as caught:
+            call()
+        message = str(caught.value)
+        assert message.startswith(f"{prefix}{size:,} bytes as jsonb") and limit in message, message[:300]
+    assert _count(conn) == 1
