@@ -10,7 +10,13 @@ Key rules:
 
 * a string names an argument of the task's function: the key is
   ``"<name>=<value>"`` (``concurrency_key="agent"`` and ``agent="host-1"`` give
-  ``"agent=host-1"``), so tasks keyed on the same argument share their keys;
+  ``"agent=host-1"``), so tasks keyed on the same argument share their keys. The
+  value is written as `str` writes it (a str or an int as it is, ``42``, ``1.5``),
+  except a value whose text would depend on the order of a dict's keys or a set's
+  members (a dict, set or frozenset, or a list or tuple holding one): that one is
+  written as canonical JSON (`pgtasks.serialization.canonical_dumps`: the encoding of
+  a job's arguments, keys and set members sorted), so ``{"a": 1, "b": 2}`` and
+  ``{"b": 2, "a": 1}`` give one key, ``'p={"a":1,"b":2}'``;
 * `TENANT`: the key is ``"tenant=<the job's tenant>"``;
 * a callable is called with the call's arguments and returns the key (a string) or
   None (no limit for that call).
@@ -30,6 +36,7 @@ from typing import Any, Final
 
 from pgtasks.db.jobs import NO_FLOW, FlowFields
 from pgtasks.errors import ConfigurationError
+from pgtasks.serialization import canonical_dumps
 from pgtasks.validation import check_int, check_text, short
 
 __all__ = [
@@ -247,9 +254,22 @@ def _key(
         value = extra.get(rule) if isinstance(extra, Mapping) else None
     if value is None:
         return None
-    if not isinstance(value, str | int) or isinstance(value, bool):
+    if _order_dependent(value):
+        value = canonical_dumps(value, f"{label} {rule!r}")
+    elif not isinstance(value, str | int) or isinstance(value, bool):
         value = str(value)
     return check_text(label, f"{rule}={value}")
+
+
+def _order_dependent(value: object) -> bool:
+    """Whether ``str(value)`` depends on the order a dict was built in or a set iterates
+    in (a set of str iterates in an order that differs between processes): a dict, a
+    set or frozenset, or a list or tuple that holds one at any depth."""
+    if isinstance(value, dict | set | frozenset):
+        return True
+    if isinstance(value, list | tuple):
+        return any(_order_dependent(item) for item in value)
+    return False
 
 
 def flow_fields(
@@ -278,6 +298,8 @@ def flow_fields(
         ConfigurationError: a bad option value, a key rule that cannot be resolved, a key
             longer than `pgtasks.validation.MAX_KEY_BYTES` in UTF-8, or a key without a
             limit.
+        SerializationError: a key rule names an argument whose value (a dict or set,
+            written as canonical JSON) pgtasks' encoding refuses.
     """
     key: str | None
     if "concurrency_key" in options:

@@ -58,6 +58,7 @@ __all__ = [
     "JSONB_MAX_BYTES",
     "TAG",
     "Undecodable",
+    "canonical_dumps",
     "decode",
     "dumps",
     "encode",
@@ -448,6 +449,33 @@ def dumps(value: Any, path: str = "value") -> str:
                 " to the data (a path, an id) instead",
             )
     return raw.decode("utf-8")
+
+
+def canonical_dumps(value: Any, path: str = "value") -> str:
+    """JSON text of ``value`` that equal values share, whatever order their dicts were
+    built in or their sets iterate in: `encode`'s form (a tuple, a set, a datetime ...
+    tagged as in a job's arguments) with every object's keys sorted and the members
+    of every set and frozenset sorted by their own canonical text, written compactly
+    (``{"a":1,"b":[2,3]}``). For keys derived from values, not for storing them.
+
+    Raises:
+        SerializationError: as `encode`.
+    """
+    data = _sorted_sets(encode(value, path))
+    return orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode("utf-8")
+
+
+def _sorted_sets(data: Any) -> Any:
+    """`encode`'s output with the members of each tagged set in canonical order."""
+    kind = type(data)
+    if kind is list:
+        return [_sorted_sets(item) for item in data]
+    if kind is not dict:
+        return data
+    out = {key: _sorted_sets(item) for key, item in data.items()}
+    if out.get(TAG) in ("set", "frozenset"):
+        out["v"] = sorted(out["v"], key=lambda item: orjson.dumps(item, option=orjson.OPT_SORT_KEYS))
+    return out
 
 
 def jsonb_size(data: Any) -> int:

@@ -105,7 +105,9 @@ class TaskOptions:
             ``*args, **kwargs`` only pass its arguments on.
         concurrency_key, concurrency_limit: at most ``concurrency_limit`` (an int >= 1)
             running jobs per key across the fleet; the key rule is the name of an
-            argument, ``pgtasks.TENANT`` or a callable of the call's arguments
+            argument (a dict or set value, or a list or tuple holding one, is written
+            as canonical JSON, keys sorted: ``'p={"a":1,"b":2}'``; any other as `str`
+            writes it), ``pgtasks.TENANT`` or a callable of the call's arguments
             (`pgtasks.flow`, docs/flow-control.md).
         rate_limit: at most so many starts per period across the fleet, in Celery's
             syntax (``"10/s"``, ``"100/m"``, ``"1000/h"``); per task, or per key with

@@ -262,6 +262,47 @@ def test_rates_parse_as_celery_writes_them() -> None:
     assert parse_rate("r", " 3 ") == Rate(3, 1.0)
 
 
+def test_a_key_from_a_dict_argument_does_not_depend_on_the_order_of_its_keys(
+    app: pgtasks.App, conn: psycopg.Connection[Any]
+) -> None:
+    """A dict (or set) argument gives its key as canonical JSON; strings and numbers as before."""
+
+    @app.task(
+        name="f.params",
+        concurrency_key="params",
+        concurrency_limit=1,
+        rate_limit="9/s",
+        rate_limit_key="params",
+    )
+    def report(params: Any) -> None: ...
+
+    report.delay({"a": 1, "b": {"y": 2, "x": 1}})
+    report.delay({"b": {"x": 1, "y": 2}, "a": 1})
+    report.delay_many([({"b": {"y": 2, "x": 1}, "a": 1},)])
+    report.delay([{"b": 2, "a": 1}])
+    report.delay({"red", "green", "blue"})
+    for plain in ("host-1", 7, 1.5, [1, 2], True):  # as str() writes them, as before
+        report.delay(plain)
+    found = rows(conn, "SELECT concurrency_key, rate_key FROM pgtasks.jobs ORDER BY id")
+    assert [k for k, r in found if k == r] == [k for k, _ in found]  # one rule for both keys
+    assert [k for k, _ in found] == [
+        'params={"a":1,"b":{"x":1,"y":2}}',
+        'params={"a":1,"b":{"x":1,"y":2}}',
+        'params={"a":1,"b":{"x":1,"y":2}}',
+        'params=[{"a":1,"b":2}]',
+        'params={"$pgtasks":"set","v":["blue","green","red"]}',
+        "params=host-1",
+        "params=7",
+        "params=1.5",
+        "params=[1, 2]",
+        "params=True",
+    ]
+    claimed = app.stores.jobs.claim_batch(
+        queues="{default}", worker_id="w1", limit=10, max_tenants=10, fair=True
+    )
+    assert len(claimed) == 8  # one job of the dict's key, one of each other key
+
+
 def test_flow_columns_reach_the_row(app: pgtasks.App, conn: psycopg.Connection[Any]) -> None:
     @app.task(name="f.cols", concurrency_key=pgtasks.TENANT, concurrency_limit=2, rate_limit="3/m", cost=2.5)
     def cols(n: int) -> None: ...
