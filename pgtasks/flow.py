@@ -171,8 +171,11 @@ class FlowRule:
 
     Attributes:
         concurrency_key: argument name, `TENANT`, a callable, or None.
-        concurrency_limit: most running jobs per key (None: no concurrency limit).
-        rate: most starts per period per rate key (None: no rate limit).
+        concurrency_limit: most running jobs per key, checked when a job starts against
+            the key's running jobs whatever their limits (None: no concurrency limit);
+            jobs of one key should share one limit (docs/flow-control.md).
+        rate: starts per period per rate key, spaced one per step, counted on a grid
+            since the key's first start (None: no rate limit).
         rate_key: argument name, `TENANT`, a callable, or None (per task).
         cost: what one job counts for in its tenant's weighted share (default 1).
     """

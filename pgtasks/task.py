@@ -108,10 +108,17 @@ class TaskOptions:
             argument (a dict or set value, or a list or tuple holding one, is written
             as canonical JSON, keys sorted: ``'p={"a":1,"b":2}'``; any other as `str`
             writes it), ``pgtasks.TENANT`` or a callable of the call's arguments
-            (`pgtasks.flow`, docs/flow-control.md).
-        rate_limit: at most so many starts per period across the fleet, in Celery's
-            syntax (``"10/s"``, ``"100/m"``, ``"1000/h"``); per task, or per key with
-            ``rate_limit_key`` (a rule as ``concurrency_key``).
+            (`pgtasks.flow`, docs/flow-control.md). The limit is the job's own and is
+            checked when it starts: it starts only if the key's running jobs, whatever
+            their limits, are then at most its limit, it included. Jobs of the key with
+            a higher limit may start after it, beside it, up to theirs: give every job
+            of one key the same limit.
+        rate_limit: starts per period across the fleet, in Celery's syntax (``"10/s"``,
+            ``"100/m"``, ``"1000/h"``), spaced one per step of period / count; per task,
+            or per key with ``rate_limit_key`` (a rule as ``concurrency_key``). The
+            count is cumulative, not a sliding window: a key never starts more than its
+            grid of steps allows since its first start, but one that fell behind
+            starts up to the count at once (docs/flow-control.md).
         cost: what one job counts for in its tenant's weighted share (default 1).
     """
 
