@@ -45,12 +45,16 @@ pytestmark = [
 
 selenium = pytest.importorskip("selenium")
 from selenium import webdriver  # noqa: E402
-from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoAlertPresentException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.selenium_manager import SeleniumManager  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
-from selenium.webdriver.support import expected_conditions  # noqa: E402
+from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
@@ -59,6 +63,21 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def _replaced(page: WebElement) -> bool:
+    """Whether ``page`` (a page's ``html`` element) has left the document: stale, or,
+    from Chromium caught mid-navigation, an inspector error saying its node no longer
+    belongs to the document."""
+    try:
+        page.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc):
+            return True
+        raise
+    return False
 
 
 @dataclass
@@ -83,7 +102,7 @@ class Site:
         """Click what ``css`` finds and wait for the page it leads to."""
         page = self.driver.find_element(By.TAG_NAME, "html")
         self.driver.find_element(By.CSS_SELECTOR, css).click()
-        WebDriverWait(self.driver, 15).until(expected_conditions.staleness_of(page))
+        WebDriverWait(self.driver, 15).until(lambda driver: _replaced(page))
 
     def screenshot(self, name: str) -> None:
         self.driver.execute_script("window.scrollTo(0, 0)")
