@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -38,7 +37,7 @@ import psycopg
 import pgtasks
 from benchmarks import pg
 from benchmarks.environments import compile_project
-from benchmarks.probe import add_common_options
+from benchmarks.probe import add_common_options, print_against_raw, require_positive
 from benchmarks.systems.raw_system import INSERT_CHUNK, SCHEMA
 
 VARIANTS = ("raw", "floor", "pgtasks")
@@ -120,18 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_common_options(parser)
     parser.set_defaults(reps=5)
     args = parser.parse_args(argv)
-    for option in ("calls", "chunk", "reps"):
-        if getattr(args, option) < 1:
-            parser.error(f"--{option} must be >= 1")
+    require_positive(parser, args, "calls", "chunk", "reps")
     compile_project()
     results = measure_all(args.dsn, args.calls, args.chunk, args.reps)
-    medians = {v: statistics.median(r) for v, r in results.items()}
     print(f"bulk enqueue, {args.calls} calls of {args.chunk:,} jobs per round, {args.reps} rounds, medians")
-    for variant, runs in results.items():
-        print(
-            f"{variant:>8}: {medians[variant]:>9,.0f} jobs/s ({min(runs):,.0f}-{max(runs):,.0f}),"
-            f" {medians[variant] / medians['raw']:.2f}x raw"
-        )
+    print_against_raw(results, width=8)
     return 0
 
 

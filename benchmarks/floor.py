@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -38,7 +37,7 @@ import psycopg
 import pgtasks
 from benchmarks import pg
 from benchmarks.environments import compile_project
-from benchmarks.probe import add_common_options
+from benchmarks.probe import add_common_options, print_against_raw, require_positive
 from benchmarks.systems.raw_system import CLAIM, COMPLETE, COPY, SCHEMA
 
 VARIANTS = ("raw", "floor")
@@ -155,24 +154,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=BATCH, help="rows per claim (default %(default)s)")
     add_common_options(parser)
     args = parser.parse_args(argv)
-    for option in ("jobs", "batch", "reps"):
-        if getattr(args, option) < 1:
-            parser.error(f"--{option} must be >= 1")
+    require_positive(parser, args, "jobs", "batch", "reps")
     compile_project()
     results: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for rep in range(args.reps):
         for variant in VARIANTS:
             results[variant].append(measure(args.dsn, variant, args.jobs, args.batch, rep))
-    medians = {v: statistics.median(r) for v, r in results.items()}
     print(
         f"processing, {args.jobs:,} no-op jobs, claims of {args.batch}, {WORKERS} processes,"
         f" {args.reps} repetitions, medians"
     )
-    for variant, runs in results.items():
-        print(
-            f"{variant:>6}: {medians[variant]:>9,.0f} jobs/s ({min(runs):,.0f}-{max(runs):,.0f}),"
-            f" {medians[variant] / medians['raw']:.2f}x raw"
-        )
+    print_against_raw(results, width=6)
     return 0
 
 

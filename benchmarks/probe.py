@@ -8,6 +8,7 @@ database, all settings in turn per repetition, and prints medians; it writes no 
 from __future__ import annotations
 
 import argparse
+import statistics
 from collections.abc import Callable, Sequence
 
 from benchmarks.cli import DEFAULT_DSN
@@ -32,6 +33,24 @@ def positive_ints(parser: argparse.ArgumentParser, option: str, text: str) -> li
     if not values or values[0] < 1:
         parser.error(f"{option} must be integers >= 1, got {text!r}")
     return values
+
+
+def require_positive(parser: argparse.ArgumentParser, args: argparse.Namespace, *options: str) -> None:
+    """Exit through ``parser.error`` (status 2, naming the option) when one of the integer
+    ``options`` (attribute names of ``args``, ``--name`` on the command line) is below 1."""
+    for option in options:
+        if getattr(args, option) < 1:
+            parser.error(f"--{option} must be >= 1")
+
+
+def print_against_raw(results: dict[str, list[float]], width: int = 8) -> None:
+    """One line per variant: its median jobs/s, range and ratio to the ``raw`` variant's median."""
+    medians = {variant: statistics.median(runs) for variant, runs in results.items()}
+    for variant, runs in results.items():
+        print(
+            f"{variant:>{width}}: {medians[variant]:>9,.0f} jobs/s ({min(runs):,.0f}-{max(runs):,.0f}),"
+            f" {medians[variant] / medians['raw']:.2f}x raw"
+        )
 
 
 def interleaved(
