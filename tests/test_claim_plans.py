@@ -183,3 +183,31 @@ def test_outcomes_find_the_job_by_its_key_whatever_the_statistics_say(
         assert [n.get("Index Name") for n in scans] == ["jobs_pkey"], (
             f"{query}, {state}: {[(n['Node Type'], n.get('Index Name')) for n in scans]}"
         )
+
+
+def test_a_drained_queue_head_is_walked_once_per_claim(
+    app: pgtasks.App, session: psycopg.Connection[Any]
+) -> None:
+    """The entries a drain leaves at the head of the claim index (finished jobs, until
+    VACUUM removes them) are walked by the tenant probe that finds the first queued job;
+    the claim's per-tenant scan starts at that job instead of walking them again. Each
+    walk costs a claim one page per ~160 finished jobs, so a second one grew the claim's
+    cost with every job the queue had run since its last vacuum."""
+    drained = 100_000
+    _fill(session, "never analyzed", drained + 2 * LIMIT)
+    session.execute(
+        "UPDATE pgtasks.jobs SET status = 'succeeded', finished_at = now() WHERE id <= %s", (drained,)
+    )
+    values = {
+        "queues": "{bench}", "start_tenant": "", "max_tenants": 100, "limit": LIMIT, "now": None,
+        "fair": True, "worker_id": "w-plans", "tasks": None,
+    }  # fmt: skip
+    names = _prepare(session, "job_claim_batch", app.store.query("job_claim_batch"))
+    with session.transaction(force_rollback=True):
+        plan = _explain(session, "job_claim_batch", names, values)
+    assert plan["Actual Rows"] == LIMIT
+    scans = [n for n in plan_nodes(plan) if n.get("Index Name") == "jobs_claim_idx"]
+    walks = sorted((_pages(n) for n in scans), reverse=True)
+    # The test can fail: the head holds many more pages than a claim of LIMIT jobs reads.
+    assert walks[0] > 2 * LIMIT, f"the drained head was not walked at all: {walks}"
+    assert sum(walks[1:]) <= 2 * LIMIT, f"the drained head was walked again: pages per scan {walks}"

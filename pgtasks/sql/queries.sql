@@ -553,31 +553,31 @@ admitted AS (
 -- without locking them, so a worker that knows such a job claims it at once. The tenant
 -- and priority probes do not look at the task: each stays one probe.
 WITH RECURSIVE tenants AS (
-    SELECT f.queue, f.tenant, f.priority, f.run_at, 1 AS n,
+    SELECT f.queue, f.tenant, f.priority, f.run_at, f.id, 1 AS n,
            coalesce((SELECT tw.weight FROM pgtasks.tenant_weights tw
                      WHERE tw.tenant = f.tenant AND tw.queue IN (f.queue, '')
                      ORDER BY tw.queue DESC LIMIT 1), 1)::float8 AS weight,
            -ln(1.0 - random()) AS draw
     FROM unnest(%(queues)s::text[]) AS q(queue)
     CROSS JOIN LATERAL (
-        SELECT j.queue, j.tenant, j.priority, j.run_at
+        SELECT j.queue, j.tenant, j.priority, j.run_at, j.id
         FROM pgtasks.jobs j
         WHERE j.status = 'queued' AND j.queue = q.queue AND j.tenant >= %(start_tenant)s::text
-        ORDER BY j.tenant, j.priority DESC, j.run_at
+        ORDER BY j.tenant, j.priority DESC, j.run_at, j.id
         LIMIT 1
     ) f
     UNION ALL
-    SELECT nxt.queue, nxt.tenant, nxt.priority, nxt.run_at, t.n + 1,
+    SELECT nxt.queue, nxt.tenant, nxt.priority, nxt.run_at, nxt.id, t.n + 1,
            coalesce((SELECT tw.weight FROM pgtasks.tenant_weights tw
                      WHERE tw.tenant = nxt.tenant AND tw.queue IN (nxt.queue, '')
                      ORDER BY tw.queue DESC LIMIT 1), 1)::float8,
            -ln(1.0 - random())
     FROM tenants t
     CROSS JOIN LATERAL (
-        SELECT j.queue, j.tenant, j.priority, j.run_at
+        SELECT j.queue, j.tenant, j.priority, j.run_at, j.id
         FROM pgtasks.jobs j
         WHERE j.status = 'queued' AND j.queue = t.queue AND j.tenant > t.tenant
-        ORDER BY j.tenant, j.priority DESC, j.run_at
+        ORDER BY j.tenant, j.priority DESC, j.run_at, j.id
         LIMIT 1
     ) nxt
     WHERE t.n < %(max_tenants)s
@@ -610,22 +610,27 @@ candidates AS (
     -- priorities come from the recursion highest first (its first is the one the tenants
     -- skip scan saw); each priority's due jobs in run-at order, stopping at the limit, so
     -- a lower priority is probed only if the higher ones did not fill it.
+    -- Each range is read from the first queued job its probe found (run_at, id): the
+    -- entries of finished jobs a drain leaves at the head of jobs_claim_idx (until VACUUM
+    -- removes them) are walked once, by that probe, not a second time by the scan.
     SELECT c.*, t.weight, t.draw
     FROM tenants t
     CROSS JOIN LATERAL (
         SELECT l.*, row_number() OVER () AS turn, sum(l.cost) OVER (ROWS UNBOUNDED PRECEDING) AS spent
         FROM (
             WITH RECURSIVE priorities AS (
-                SELECT t.priority
+                SELECT t.priority, t.run_at, t.id
                 UNION ALL
-                SELECT (SELECT j.priority
-                        FROM pgtasks.jobs j
-                        WHERE j.status = 'queued' AND j.queue = t.queue AND j.tenant = t.tenant
-                          AND j.priority < p.priority
-                        ORDER BY j.priority DESC
-                        LIMIT 1)
+                SELECT nxt.priority, nxt.run_at, nxt.id
                 FROM priorities p
-                WHERE p.priority IS NOT NULL
+                CROSS JOIN LATERAL (
+                    SELECT j.priority, j.run_at, j.id
+                    FROM pgtasks.jobs j
+                    WHERE j.status = 'queued' AND j.queue = t.queue AND j.tenant = t.tenant
+                      AND j.priority < p.priority
+                    ORDER BY j.priority DESC, j.run_at, j.id
+                    LIMIT 1
+                ) nxt
             )
             SELECT d.*
             FROM priorities p
@@ -635,6 +640,7 @@ candidates AS (
                 FROM pgtasks.jobs j
                 WHERE j.status = 'queued' AND j.queue = t.queue AND j.tenant = t.tenant
                   AND j.priority = p.priority
+                  AND (j.run_at, j.id) >= (p.run_at, p.id)
                   AND j.run_at <= coalesce(%(now)s::timestamptz, now())
                   AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[]))
                   AND (j.lock_key IS NULL OR (NOT EXISTS (
