@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -196,3 +198,48 @@ def test_text_array_literal_round_trips_through_postgres(
 ) -> None:
     row = conn.execute("SELECT %s::text[]", (text_array_literal(queues),)).fetchone()
     assert row is not None and row[0] == queues
+
+
+def test_a_lock_key_started_after_the_claim_began_is_not_taken_again(app: pgtasks.App, dsn: str) -> None:
+    """A claim's statement snapshot cannot see a job of its lock key that another claim
+    started and committed after the statement began (that claim's advisory lock is gone
+    by then): read there, the key looks free, and the claim's write then collides with
+    the running job on jobs_lock_running_idx, or deadlocks with its success. The claim
+    asks `pgtasks.lock_key_free`, which reads after it holds the key's advisory lock.
+    Here a statement starts, sleeps while another session claims a job of the key, then
+    reads both ways."""
+
+    @app.task(name="order.locked")
+    def locked(i: int) -> int:
+        return i
+
+    locked.delay_many(range(2), lock="mailbox-7")
+    found: dict[str, Any] = {}
+
+    def late_reader() -> None:
+        with psycopg.connect(dsn, autocommit=True) as reader:
+            found["pid"] = reader.info.backend_pid
+            found["row"] = reader.execute(
+                "SELECT pg_sleep(1) IS NULL,"
+                " NOT EXISTS (SELECT 1 FROM pgtasks.jobs r WHERE r.lock_key = 'mailbox-7' AND r.status = 'running'),"
+                " pgtasks.lock_key_free('mailbox-7')"
+            ).fetchone()
+
+    thread = threading.Thread(target=late_reader)
+    thread.start()
+    with psycopg.connect(dsn, autocommit=True) as watcher:
+        deadline = time.monotonic() + 10
+        while not watcher.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event = 'PgSleep'", (found.get("pid"),)
+        ).fetchone():
+            assert time.monotonic() < deadline, "the reader's statement never started"
+            time.sleep(0.01)
+        assert len(_claim(app, 2, fair=True)) == 1  # one job per lock key, committed now
+    thread.join(10)
+    assert found["row"] is not None
+    _, free_in_snapshot, free_now = found["row"]
+    # The statement's own snapshot still shows the key free: the race is real here.
+    assert free_in_snapshot is True
+    assert free_now is False
+    # And a claim that starts now passes over the key's second job.
+    assert _claim(app, 2, fair=True) == []

@@ -536,8 +536,10 @@ admitted AS (
 -- would wait for the first and then fail on jobs_lock_running_idx (unique), losing its
 -- whole batch:
 -- so a job with a lock key is taken only with a transaction-level advisory lock on its
--- key (class 1885828211, "pgts"; the key's hashtext), which a concurrent claim skips. A
--- hash shared by two keys only makes one wait for the next claim.
+-- key (class 1885828211, "pgts"; the key's hashtext), which a concurrent claim skips, and
+-- only if no job of the key is running as of the moment the lock is held
+-- (pgtasks.lock_key_free, migration 0011). A hash shared by two keys only makes one wait
+-- for the next claim.
 -- A fair claim takes at most its share of the limit from each tenant (see share below); every
 -- row carries that share (tenant_share), so the worker knows a tenant it got that many from
 -- may have more.
@@ -643,12 +645,10 @@ candidates AS (
                   AND (j.run_at, j.id) >= (p.run_at, p.id)
                   AND j.run_at <= coalesce(%(now)s::timestamptz, now())
                   AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[]))
-                  AND (j.lock_key IS NULL OR (NOT EXISTS (
-                        SELECT 1 FROM pgtasks.jobs r
-                        WHERE r.lock_key = j.lock_key AND r.status = 'running')
-                      -- A claim in flight elsewhere may be taking a job of this key: skip
-                      -- the key rather than collide on jobs_lock_running_idx at commit.
-                      AND pg_try_advisory_xact_lock(1885828211, hashtext(j.lock_key))))
+                  -- A job of a lock key only if no job of the key runs or is being
+                  -- claimed, as of now rather than of this statement's snapshot
+                  -- (migration 0011).
+                  AND (j.lock_key IS NULL OR pgtasks.lock_key_free(j.lock_key))
                   -- Pass over the jobs of a concurrency key at its limit (no slot given
                   -- back since) and of a rate key whose next start is later, so their backlog
                   -- does not take the share of jobs behind it. One key lookup each, only
@@ -768,10 +768,7 @@ WITH candidates AS (
       AND j.queue = ANY(%(queues)s::text[])
       AND j.run_at <= coalesce(%(now)s::timestamptz, now())
       AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[]))
-      AND (j.lock_key IS NULL OR (NOT EXISTS (
-            SELECT 1 FROM pgtasks.jobs r
-            WHERE r.lock_key = j.lock_key AND r.status = 'running')
-          AND pg_try_advisory_xact_lock(1885828211, hashtext(j.lock_key))))  -- see job_claim_batch
+      AND (j.lock_key IS NULL OR pgtasks.lock_key_free(j.lock_key))  -- see job_claim_batch
       AND (j.concurrency_key IS NULL OR NOT EXISTS (  -- as job_claim_batch
             SELECT 1 FROM pgtasks.concurrency_keys k
             WHERE k.key = j.concurrency_key AND k.running >= j.concurrency_limit

@@ -401,7 +401,8 @@ class Worker:
                 except DatabaseError as exc:
                     if exc.sqlstate == LOCK_RACE:
                         # A job of a lock key this claim took started elsewhere while the
-                        # claim ran (its statement's snapshot could not see it): the next
+                        # claim ran (pgtasks.lock_key_free reads after the key's advisory
+                        # lock, so only a writer that skips that lock gets here): the next
                         # claim sees it and passes over the key, so claim again at once.
                         log.debug("claim raced another worker for a lock key; claiming again")
                         self._hints.want_full()
