@@ -221,7 +221,8 @@ def test_a_lock_key_started_after_the_claim_began_is_not_taken_again(app: pgtask
             found["pid"] = reader.info.backend_pid
             found["row"] = reader.execute(
                 "SELECT pg_sleep(1) IS NULL,"
-                " NOT EXISTS (SELECT 1 FROM pgtasks.jobs r WHERE r.lock_key = 'mailbox-7' AND r.status = 'running'),"
+                " NOT EXISTS (SELECT 1 FROM pgtasks.jobs r"
+                "             WHERE r.lock_key = 'mailbox-7' AND r.status = 'running'),"
                 " pgtasks.lock_key_free('mailbox-7')"
             ).fetchone()
 
