@@ -169,7 +169,7 @@ def test_outcomes_find_the_job_by_its_key_whatever_the_statistics_say(
     }  # fmt: skip
     # job_retry_batch takes one entry per job in parallel arrays (here one job).
     batch = {
-        "ids": [job_id], "delays": [1.0], "max_attempts": [1], "errors": ["{}"], "starts": [None],
+        "ids": [job_id], "delays": [1.0], "max_attempts": [1], "errors": "[{}]", "starts": [None],
         "attempts": [1],
     }  # fmt: skip
     for query in ("job_finish", "job_retry_batch", "job_report_progress"):

@@ -801,7 +801,9 @@ class JobStore:
         """
         params = {
             "ids": list(ids), "delays": list(delays), "max_attempts": list(max_attempts),
-            "errors": [dumps(dict(error), "error") for error in errors], "starts": list(starts),
+            # One JSON array, not a text[]: psycopg escapes each character of a text array.
+            "errors": "[" + ",".join(dumps(dict(error), "error") for error in errors) + "]",
+            "starts": list(starts),
             "attempts": list(attempts) if attempts is not None else [None] * len(ids),
             "worker_id": worker_id, "now": now,
         }  # fmt: skip

@@ -946,8 +946,10 @@ RETURNING id, finished_at, pg_notify('pgtasks_done', '') IS NOT NULL AS notified
 -- Send running jobs back to the queue for another attempt, one statement for many (the
 -- completer writes them beside the successes, so a retry costs no commit of its own).
 -- Per job, in the order of %(ids)s (bigint[]): %(delays)s seconds until it is due again,
--- %(max_attempts)s attempts now allowed (raised by retry(max_retries=)), %(errors)s its
--- error record, %(starts)s when its body started (Unix seconds, the worker's clock; NULL:
+-- %(max_attempts)s attempts now allowed (raised by retry(max_retries=)), its error record
+-- (%(errors)s: one JSON array of the records, in the same order: a text[] of tracebacks
+-- costs the client an escape of every character), %(starts)s when its body started (Unix
+-- seconds, the worker's clock; NULL:
 -- it never did; a start already written stays). The failed attempt is appended to the
 -- history, numbered and triggered as in job_finish. Found by primary key whatever the
 -- statistics say: the ids come from a function scan and the expected status is a run-time
@@ -966,9 +968,11 @@ SET status = 'queued', worker_id = NULL, started_at = NULL, heartbeat_at = NULL,
         'started_at', coalesce(j.started_at, to_timestamp(v.started)),
         'finished_at', coalesce(%(now)s::timestamptz, now()), 'outcome', 'retry',
         'error', v.error))
-FROM unnest(%(ids)s::bigint[], %(delays)s::float8[], %(max_attempts)s::integer[],
-            %(errors)s::jsonb[], %(starts)s::float8[], %(attempts)s::integer[])
-     AS v(id, delay, max_attempts, error, started, attempt)
+FROM (SELECT i.id, i.delay, i.max_attempts, e.error, i.started, i.attempt
+      FROM unnest(%(ids)s::bigint[], %(delays)s::float8[], %(max_attempts)s::integer[],
+                  %(starts)s::float8[], %(attempts)s::integer[])
+           WITH ORDINALITY AS i(id, delay, max_attempts, started, attempt, n)
+      JOIN jsonb_array_elements(%(errors)s::jsonb) WITH ORDINALITY AS e(error, n) USING (n)) v
 WHERE j.id = v.id AND j.status = (SELECT 'running'::text) AND j.worker_id = %(worker_id)s
   -- The attempt each retry is of (NULL: any), as job_finish fences it.
   AND (v.attempt IS NULL OR j.attempt = v.attempt)
