@@ -87,11 +87,49 @@ def format_traceback(exc: BaseException) -> str:
     (``__cause__``, ``__context__``, the members of an exception group), without the
     column markers (``^^^^``) Python 3.11 adds under a frame's line.
 
-    Those markers cost most of the formatting time (each frame's line is parsed to
-    place them: about 8 in 10 of it for an ordinary traceback), and a stored record,
-    read later beside the source, does not need them; retried attempts format one
-    traceback each, on the worker's hot path.
+    Placing those markers costs most of the formatting time (each frame's code is
+    walked for its positions: about 8 in 10 of it for an ordinary traceback), and a
+    stored record, read later beside the source, does not need them; retried attempts
+    format one traceback each, on the worker's hot path. So each exception of the chain
+    is formatted from a stack summary that has no positions (`traceback.StackSummary.extract`)
+    and its `traceback.format_exception_only` lines, joined by the sentences Python
+    prints between them. A chain holding an exception group is formatted by
+    `traceback.TracebackException` (with the positions taken, then dropped).
     """
+    chain: list[tuple[BaseException, str]] = []  # outermost first, with what leads to it
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    joint = ""
+    while current is not None and id(current) not in seen:
+        if isinstance(current, BaseExceptionGroup):
+            return _format_with_positions_dropped(exc)
+        seen.add(id(current))
+        chain.append((current, joint))
+        if current.__cause__ is not None:
+            current, joint = current.__cause__, _CAUSE_JOINT
+        elif current.__context__ is not None and not current.__suppress_context__:
+            current, joint = current.__context__, _CONTEXT_JOINT
+        else:
+            current = None
+    lines: list[str] = []
+    for part, joint in reversed(chain):
+        if part.__traceback__ is not None:
+            lines.append("Traceback (most recent call last):\n")
+            lines.extend(traceback.StackSummary.extract(traceback.walk_tb(part.__traceback__)).format())
+        lines.extend(traceback.format_exception_only(type(part), part))
+        lines.append(joint)
+    return "".join(lines)
+
+
+# What Python prints between a chained exception and the one it led to (the traceback
+# module's own sentences).
+_CAUSE_JOINT = "\nThe above exception was the direct cause of the following exception:\n\n"
+_CONTEXT_JOINT = "\nDuring handling of the above exception, another exception occurred:\n\n"
+
+
+def _format_with_positions_dropped(exc: BaseException) -> str:
+    """`format_traceback` for a chain holding an exception group: the stdlib's own
+    formatting of groups, with the column markers dropped after the positions were taken."""
     te = traceback.TracebackException.from_exception(exc)
     pending, seen = [te], set()
     while pending:
