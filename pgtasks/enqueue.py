@@ -621,41 +621,51 @@ class JobEnqueuer:
         queues = sorted({b["queue"] for b in used})
         stores = self.source.stores
         jobs = stores.jobs
-        with stores.database.transaction(conn) as tx:
-            # None under row-level security, which refuses COPY: the INSERT then.
-            bulk = plain and len(rows) >= COPY_THRESHOLD
-            reserved = jobs.ids_reserve(n=len(rows), conn=tx) if bulk else None
-            if reserved is not None:
-                ids = reserved
-                jobs.copy_in(
-                    rows=(
-                        (job_id, b["task_name"], b["queue"], b["tenant"], a, k, h,
-                         b["priority"], b["max_attempts"], lock, b["retry_on_worker_lost"])
-                        for job_id, b, (a, k, h, lock, _) in zip(ids, row_bases, rows, strict=True)
-                    ),
-                    conn=tx,
-                )  # fmt: skip
-            else:
-                ids = jobs.insert_many(
-                    task_names=[b["task_name"] for b in row_bases],
-                    queues=[b["queue"] for b in row_bases],
-                    tenants=[b["tenant"] for b in row_bases],
-                    priorities=[b["priority"] for b in row_bases],
-                    max_attempts=[b["max_attempts"] for b in row_bases],
-                    etas=[b["eta"] for b in row_bases],
-                    countdowns=[b["countdown"] for b in row_bases],
-                    retry_on_worker_lost=[b["retry_on_worker_lost"] for b in row_bases],
-                    args=[call[0] for call in rows],
-                    kwargs=[call[1] for call in rows],
-                    headers=[call[2] for call in rows],
-                    lock_keys=[call[3] for call in rows],
-                    unique_keys=[call[4] for call in rows],
-                    flows=[f or flow_control.NO_FLOW for f in flows] if flowing else None,
-                    conn=tx,
-                )
-            in_commit = conn is not None or stores.wakeups.leads()  # as in enqueue
-            if in_commit:
-                jobs.notify_queues(queues=queues, conn=tx)
+        in_commit = conn is not None or stores.wakeups.leads()  # as in enqueue
+        bulk = plain and len(rows) >= COPY_THRESHOLD
+
+        def insert(tx: AnyConnection | None) -> list[int]:
+            return jobs.insert_many(
+                task_names=[b["task_name"] for b in row_bases],
+                queues=[b["queue"] for b in row_bases],
+                tenants=[b["tenant"] for b in row_bases],
+                priorities=[b["priority"] for b in row_bases],
+                max_attempts=[b["max_attempts"] for b in row_bases],
+                etas=[b["eta"] for b in row_bases],
+                countdowns=[b["countdown"] for b in row_bases],
+                retry_on_worker_lost=[b["retry_on_worker_lost"] for b in row_bases],
+                args=[call[0] for call in rows],
+                kwargs=[call[1] for call in rows],
+                headers=[call[2] for call in rows],
+                lock_keys=[call[3] for call in rows],
+                unique_keys=[call[4] for call in rows],
+                flows=[f or flow_control.NO_FLOW for f in flows] if flowing else None,
+                notify=in_commit,
+                conn=tx,
+            )
+
+        if conn is None and not bulk:
+            # One statement on a pooled connection: its own transaction and commit, with
+            # the wake-up in it (no BEGIN, separate NOTIFY and COMMIT round trips).
+            ids = insert(None)
+        else:
+            with stores.database.transaction(conn) as tx:
+                # None under row-level security, which refuses COPY: the INSERT then.
+                reserved = jobs.ids_reserve(n=len(rows), conn=tx) if bulk else None
+                if reserved is None:
+                    ids = insert(tx)
+                else:
+                    ids = reserved
+                    jobs.copy_in(
+                        rows=(
+                            (job_id, b["task_name"], b["queue"], b["tenant"], a, k, h,
+                             b["priority"], b["max_attempts"], lock, b["retry_on_worker_lost"])
+                            for job_id, b, (a, k, h, lock, _) in zip(ids, row_bases, rows, strict=True)
+                        ),
+                        conn=tx,
+                    )  # fmt: skip
+                    if in_commit:
+                        jobs.notify_queues(queues=queues, conn=tx)
         if not in_commit:
             for queue in queues:
                 stores.wakeups.wake(queue)

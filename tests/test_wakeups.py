@@ -130,6 +130,27 @@ def test_bulk_enqueue_wakes_each_queue_once(app: pgtasks.App, listener: Listener
     assert listener.drain(0.3).count("bulk") == 1
 
 
+def test_a_small_bulk_enqueue_is_one_statement_that_wakes_its_queue_once(
+    app: pgtasks.App, dsn: str, listener: Listener
+) -> None:
+    """Below the COPY threshold, a pooled ``delay_many`` is one INSERT whose commit
+    carries the wake-up (one per queue, however many rows): the jobs and the
+    notification come together."""
+
+    @app.task(name="wake.small", queue="small")
+    def small(i: int) -> None: ...
+
+    results = small.delay_many(range(10))
+    listener.wait_for("small")
+    assert listener.drain(0.3).count("small") == 1
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pgtasks.jobs WHERE id = ANY(%s) AND status = 'queued'",
+            ([r.id for r in results],),
+        ).fetchone()
+    assert row == (10,)
+
+
 def test_wake_ups_gathered_during_a_send_leave_together(app: pgtasks.App, listener: Listener) -> None:
     sender = WakeupSender(app.stores.jobs)
     try:

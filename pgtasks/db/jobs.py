@@ -442,18 +442,21 @@ class JobStore:
         lock_keys: Sequence[str | None],
         unique_keys: Sequence[str | None],
         flows: Sequence[FlowFields] | None = None,
+        notify: bool = False,
         conn: AnyConnection | None = None,
     ) -> list[int]:
         """Insert one job per position of the equally long arrays; returns the ids written.
 
         ``flows``: each job's `NewJob.flow` (`NO_FLOW` for none), or None when no job
         has flow control. Rows whose unique key is already held are skipped (no id for them).
+        With ``notify``, the workers of the written jobs' queues are woken when ``conn``
+        commits (with ``conn`` None: when the statement does).
         """
         params: dict[str, Any] = {
             "task_names": task_names, "queues": queues, "tenants": tenants, "args": args, "kwargs": kwargs,
             "headers": headers, "priorities": priorities, "max_attempts": max_attempts,
             "retry_on_worker_lost": retry_on_worker_lost, "countdowns": countdowns, "etas": etas,
-            "lock_keys": lock_keys, "unique_keys": unique_keys,
+            "lock_keys": lock_keys, "unique_keys": unique_keys, "notify": notify,
         }  # fmt: skip
         columns = (
             "concurrency_keys", "concurrency_limits", "rate_keys", "rate_limits", "rate_periods", "costs",

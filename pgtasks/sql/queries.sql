@@ -95,6 +95,9 @@ RETURNING id, CASE WHEN %(notify)s THEN pg_notify('pgtasks_jobs', queue || ':' |
 
 -- name: job_insert_many
 -- Enqueue many jobs in one statement (arrays of equal length); rows whose unique key is held are skipped.
+-- With %(notify)s it wakes the workers of each written job's queue on commit (one
+-- notification per queue: PostgreSQL delivers identical ones of a transaction once), so
+-- a batch written on its own is one statement and one commit.
 INSERT INTO pgtasks.jobs (
     task_name, queue, tenant, args, kwargs, headers, priority, max_attempts, run_at,
     lock_key, unique_key, trigger, retry_on_worker_lost, concurrency_key, concurrency_limit,
@@ -116,7 +119,7 @@ FROM unnest(
        rate_limit, rate_period, cost)
 ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
 DO NOTHING
-RETURNING id;
+RETURNING id, CASE WHEN %(notify)s THEN pg_notify('pgtasks_jobs', queue) IS NOT NULL END AS notified;
 
 -- name: job_copy_in
 -- Bulk enqueue through COPY (batches without unique or lock keys); ids come from job_ids_reserve.
