@@ -107,13 +107,22 @@ def secret_from_text(text: object) -> SecretRef:
 
 def has_refs(value: Any) -> bool:
     """Whether ``value`` holds a `SecretRef` (in lists, tuples, sets or dict values)."""
-    if type(value) is SecretRef:
+    kind = type(value)
+    if kind in _SCALARS:  # most arguments: answered before the abstract Mapping check
+        return False
+    if kind is SecretRef:
         return True
-    if isinstance(value, Mapping):
+    if kind is tuple or kind is list:
+        return any(has_refs(v) for v in value)
+    if kind is dict or isinstance(value, Mapping):
         return any(has_refs(v) for v in value.values())
     if isinstance(value, list | tuple | set | frozenset):
         return any(has_refs(v) for v in value)
     return False
+
+
+# Types that never hold a reference, looked up by exact type (a subclass takes the long way).
+_SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None), bytes})
 
 
 def _resolve(value: Any, environ: Mapping[str, str] | None, found: list[str]) -> Any:
