@@ -127,11 +127,18 @@ class ThreadPool:
     Args:
         size: threads (the worker's concurrency).
         run: called in a pool thread for each job that could be started.
+        prepare: called in the pool thread as it takes a job, before the job is marked
+            started (the processes pool starts the thread's child there, so a job's
+            start is when its body can run, not when a child began to load the app).
+            An error it raises is logged, and the job then runs as it would without it.
     """
 
-    def __init__(self, size: int, run: Callable[[HeldJob], None]) -> None:
+    def __init__(
+        self, size: int, run: Callable[[HeldJob], None], prepare: Callable[[], None] | None = None
+    ) -> None:
         self.size = size
         self._run = run
+        self._prepare = prepare
         self._queue: queue.SimpleQueue[HeldJob | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._loop, name=f"pgtasks-job-{i}", daemon=True) for i in range(size)
@@ -151,6 +158,11 @@ class ThreadPool:
             job = self._queue.get()
             if job is None:
                 return
+            if self._prepare is not None:
+                try:
+                    self._prepare()
+                except Exception:  # the run meets the same failure and reports it for the job
+                    log.exception("job %s: could not prepare its slot", job.id)
             if job.try_start():
                 try:
                     self._run(job)

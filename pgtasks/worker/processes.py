@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from multiprocessing.sharedctypes import Synchronized
 from types import FrameType
-from typing import Any
+from typing import Any, Final
 
 from pgtasks.completion import Outcome
 from pgtasks.context import TRANSACTION_NEEDS_THREADS, TaskContext
@@ -44,6 +44,8 @@ __all__ = ["ChildSpec", "ProcessPool"]
 log = logging.getLogger("pgtasks.worker")
 
 _CTX = multiprocessing.get_context("spawn")
+# What a child sends once it has loaded the app and can take a job.
+READY: Final = "ready"
 
 
 class WorkerLost(Exception):
@@ -110,6 +112,13 @@ class _Slot:
             self.process = process
         self.conn = parent_conn
         self.jobs = 0
+        # Until the child has loaded the app (its READY), a job sent to it would wait there
+        # while it counted as started. A child that dies first is found by the job's run.
+        while not parent_conn.poll(0.05):
+            if not process.is_alive():
+                return
+        with contextlib.suppress(EOFError, OSError):
+            parent_conn.recv()
 
     def kill(self, why: str, job: HeldJob | None = None) -> bool:
         """Kill the child (only while it runs ``job``, when given); False if there was none.
@@ -167,7 +176,8 @@ class ProcessPool:
         self._slots = [_Slot(self, i) for i in range(size)]
         self._free: list[_Slot] = list(self._slots)
         self._free_lock = threading.Lock()
-        self._threads = ThreadPool(size, self._run)
+        self._local = threading.local()  # each driving thread's own slot
+        self._threads = ThreadPool(size, self._run, prepare=self._prepare)
 
     def start(self) -> None:
         """Start the driving threads; children start on first use."""
@@ -177,20 +187,32 @@ class ProcessPool:
         """Queue a job for the next free slot."""
         self._threads.submit(job)
 
-    def _take_slot(self) -> _Slot:
-        with self._free_lock:
-            return self._free.pop()
+    def _slot(self) -> _Slot:
+        """The calling driving thread's slot, the same for every job it runs."""
+        slot: _Slot | None = getattr(self._local, "slot", None)
+        if slot is None:
+            with self._free_lock:
+                slot = self._local.slot = self._free.pop()
+        return slot
+
+    def _prepare(self) -> None:
+        """Before a job is marked started: its slot's child runs (spawned and the app
+        loaded, about a second for a fresh one), so the job's ``started_at`` and time
+        limits count from when its body can start.
+
+        Raises:
+            OSError: the child could not be started.
+        """
+        self._slot().ensure_child()
 
     def _run(self, held: HeldJob) -> None:
         if self.begin is not None and not self.begin(held):
             return
-        slot = self._take_slot()
+        slot = self._slot()
         try:
             self.finish(held, self._run_in(slot, held))
         finally:
             slot.current = None
-            with self._free_lock:
-                self._free.append(slot)
 
     def _run_in(self, slot: _Slot, held: HeldJob) -> Success | Outcome:
         slot.ensure_child()
@@ -326,6 +348,7 @@ def _child_main(
     app = AppLoader(app_spec=spec.app_spec, dsn=spec.dsn, plugins=spec.plugins).get()
     database = worker_database(spec.dsn, max_size=2, prepare_threshold=spec.prepare_threshold)
     runtime = _ChildRuntime(JobStore(database), spec.worker_id, flag)
+    conn.send(READY)
     max_tasks = spec.max_tasks
     done = 0
     while True:
