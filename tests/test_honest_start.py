@@ -253,3 +253,6 @@ def test_reaper_requeues_unstarted_jobs_with_their_attempt_unused(
     assert lost.error is not None and lost.error["code"] == "WORKER_LOST"
     assert [(a["attempt"], a["outcome"]) for a in lost.attempts] == [(1, "lost")]
     assert lost.attempts[0]["started_at"] is not None
+    # The failed job keeps its start, as any finished job does.
+    assert lost.started_at is not None and abs(lost.started_at - t0) < dt.timedelta(milliseconds=1)
+    assert lost.finished_at == t0 + dt.timedelta(seconds=31)

@@ -1439,7 +1439,11 @@ WITH lost AS (
                            THEN NULL ELSE coalesce(%(now)s::timestamptz, now()) END,
         run_at = coalesce(%(now)s::timestamptz, now()),
         attempt = CASE WHEN j.started_at IS NULL THEN j.attempt - 1 ELSE j.attempt END,
-        worker_id = NULL, started_at = NULL, heartbeat_at = NULL,
+        worker_id = NULL, heartbeat_at = NULL,
+        -- A failed job keeps when its last attempt started, as any finished job does.
+        started_at = CASE WHEN j.started_at IS NULL
+                               OR (j.retry_on_worker_lost AND j.attempt < j.max_attempts)
+                          THEN NULL ELSE j.started_at END,
         error = CASE WHEN j.started_at IS NULL THEN j.error ELSE jsonb_build_object(
             'type', 'WorkerLost', 'code', 'WORKER_LOST', 'class', 'transient',
             'message', 'worker ' || coalesce(j.worker_id, '?') || ' stopped heartbeating',
