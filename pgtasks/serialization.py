@@ -566,7 +566,8 @@ def loads_json(raw: bytes) -> Any:
 
     A plain JSON integer beyond 64 bits (written by SQL: pgtasks tags those) is read
     exactly, as an ``int``: orjson alone would read it as a float, changing its type
-    and value. A number beyond a float stays an error (orjson's).
+    and value. A number beyond a float's range, an integer included, stays an error
+    (orjson's ``JSONDecodeError``).
     """
     data = orjson.loads(raw)
     if _LONG_DIGITS.search(raw) is not None:  # an integer of 19+ digits may be one: read exactly
