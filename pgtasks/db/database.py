@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import select
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -40,12 +41,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg
 from psycopg import sql as psql
 from psycopg.adapt import AdaptersMap, Loader
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, timeout_from_conninfo
 from psycopg.rows import RowFactory, dict_row, tuple_row
 from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
 from psycopg_pool import ConnectionPool
 
-from pgtasks.errors import ConnectionFailed, DatabaseError
+from pgtasks.errors import ConfigurationError, ConnectionFailed, DatabaseError
+from pgtasks.redaction import redact_text
 from pgtasks.serialization import loads_json, undecodable
 from pgtasks.sql import QUERIES
 
@@ -53,14 +55,17 @@ if TYPE_CHECKING:
     from pgtasks.db.held import HeldTransaction
 
 __all__ = [
+    "MAX_APPLICATION_NAME_BYTES",
     "AnyAsyncConnection",
     "AnyConnection",
     "Database",
     "Now",
     "Row",
     "bigint_array_literal",
+    "check_dsn",
     "current_tenant",
     "describe_dsn",
+    "fit_application_name",
     "tenant_context",
     "text_array_literal",
     "translate_error",
@@ -129,6 +134,28 @@ _REFUSED_BY_SERVER = (
     "no pg_hba.conf entry",
     "permission denied",
 )
+
+# How libpq's messages about a connection parameter's value begin (fe-connect.c):
+# ``invalid sslmode value: "bogus"``, ``invalid integer value "abc" for connection
+# option "port"``, ``invalid port number``, ``could not match 2 port numbers to 3
+# hosts``, ``could not parse network address "abc"`` (hostaddr). libpq checks most
+# values before it opens a socket, some (keepalives) as it connects; either way no
+# server has answered, and the DSN must change before a retry can succeed.
+_REFUSED_BY_LIBPQ = ("invalid ", "could not match ", "could not parse network address ")
+# What precedes such a message: psycopg's "connection is bad: " or "connection failed: ",
+# and libpq's 'connection to server at "host", port 5432 failed: ' of the host it tried.
+_MESSAGE_PREFIX = re.compile(
+    r"^(?:connection (?:is bad|failed): )?(?:connection to server (?:at|on socket) .*? failed: )?"
+)
+# SQLSTATEs of a statement that names an object pgtasks' migrations create, when the
+# object is missing: undefined_table, invalid_schema_name, undefined_function.
+_UNDEFINED_OBJECT = frozenset({"42P01", "3F000", "42883"})
+# ... and the message naming one of pgtasks' schema: relation "pgtasks.workers",
+# schema "pgtasks", function pgtasks.tenant_role(...).
+_NAMES_PGTASKS_SCHEMA = re.compile(r'\bpgtasks\.|schema "pgtasks"')
+
+#: PostgreSQL keeps at most this many bytes of ``application_name`` (NAMEDATALEN - 1).
+MAX_APPLICATION_NAME_BYTES = 63
 
 
 class _JsonbLoader(Loader):
@@ -244,16 +271,93 @@ def describe_dsn(dsn: str) -> str:
     return f"{servers}/{db}"
 
 
-def translate_error(exc: psycopg.Error) -> DatabaseError:
-    """Wrap a psycopg error in `DatabaseError`, judging transience by SQLSTATE."""
+def translate_error(exc: psycopg.Error, *, schema_hint: bool = True) -> DatabaseError:
+    """Wrap a psycopg error in `DatabaseError`, judging transience by SQLSTATE.
+
+    Args:
+        exc: the error.
+        schema_hint: when the statement names a table, schema or function of pgtasks'
+            schema that is missing (`_UNDEFINED_OBJECT`), say so in one line with what
+            to do, ``run `pgtasks migrate```, and PostgreSQL's first line (without the
+            ``LINE``/``HINT`` lines that point into pgtasks' SQL). False for the
+            migrations' own scripts, which create that schema.
+    """
     sqlstate = getattr(exc, "sqlstate", None)
     if sqlstate is None:  # no SQLSTATE: the connection itself failed or was lost
         transient = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
     else:
         transient = DatabaseError.is_transient_sqlstate(sqlstate)
-    err = DatabaseError(str(exc).strip() or type(exc).__name__, sqlstate=sqlstate, transient=transient)
+    message = str(exc).strip() or type(exc).__name__
+    if schema_hint and sqlstate in _UNDEFINED_OBJECT:
+        primary = getattr(getattr(exc, "diag", None), "message_primary", None) or message.splitlines()[0]
+        if _NAMES_PGTASKS_SCHEMA.search(primary):
+            message = (
+                f"pgtasks' schema is not installed in this database, or is older than this "
+                f"version of pgtasks ({primary}): run `pgtasks migrate`"
+            )
+    err = DatabaseError(message, sqlstate=sqlstate, transient=transient)
     err.__cause__ = exc
     return err
+
+
+def check_dsn(dsn: str) -> dict[str, Any]:
+    """Check a DSN as libpq and psycopg read it, without connecting.
+
+    libpq's parser (through `psycopg.conninfo.conninfo_to_dict`) refuses bad syntax
+    and unknown parameters; psycopg's `psycopg.conninfo.timeout_from_conninfo`
+    refuses a ``connect_timeout`` (or ``PGCONNECT_TIMEOUT``) that is not a number.
+    Other values (``sslmode``, ``port`` ...) libpq checks only when it connects:
+    `Database.connect` reports its refusal as a `ConfigurationError` too.
+
+    Returns:
+        The DSN's parameters, as ``conninfo_to_dict`` gives them (those it names only).
+
+    Raises:
+        ConfigurationError: the DSN is refused; the message gives the reason as libpq
+            or psycopg word it, with any password masked.
+    """
+    try:
+        params = conninfo_to_dict(dsn)
+        timeout_from_conninfo(params)
+    except psycopg.ProgrammingError as exc:
+        raise _dsn_refused(dsn, exc) from None
+    return params
+
+
+def _dsn_refused(dsn: str, exc: psycopg.Error) -> ConfigurationError:
+    """The `ConfigurationError` of a DSN that libpq or psycopg refused with ``exc``."""
+    return ConfigurationError(f"invalid PostgreSQL DSN ({describe_dsn(dsn)}): {_reason(exc)}")
+
+
+def _reason(exc: psycopg.Error) -> str:
+    """The message of a failed connection attempt on one line: psycopg's prefix
+    ("connection failed: ") dropped, libpq's lines (its hint on a line of its own,
+    each host of a multi-host DSN) joined with ``; ``, runs of whitespace made one
+    space, and any password masked."""
+    lines = [" ".join(line.split()) for line in str(exc).splitlines()]
+    text = "; ".join(line for line in lines if line)
+    text = re.sub(r"^connection (?:is bad|failed): ", "", text)
+    return redact_text(text) or type(exc).__name__
+
+
+def _refused_by_libpq(exc: psycopg.Error) -> bool:
+    """Whether libpq refused a connection parameter's value (see `_REFUSED_BY_LIBPQ`)."""
+    return any(
+        _MESSAGE_PREFIX.sub("", line.strip()).startswith(_REFUSED_BY_LIBPQ) for line in str(exc).splitlines()
+    )
+
+
+def fit_application_name(name: str) -> str:
+    """``name`` shortened, if need be, to what PostgreSQL keeps of an ``application_name``
+    (`MAX_APPLICATION_NAME_BYTES` bytes of UTF-8): its middle is replaced by ``...``, so
+    that both ends stay (a worker's id ends with its process id and a random part)."""
+    if len(name.encode("utf-8")) <= MAX_APPLICATION_NAME_BYTES:
+        return name
+    tail = name[-20:]
+    head = name[: len(name) - 20]
+    room = MAX_APPLICATION_NAME_BYTES - len(tail.encode("utf-8")) - 3
+    head_bytes = head.encode("utf-8")[:room]
+    return head_bytes.decode("utf-8", "ignore") + "..." + tail
 
 
 def _register_loaders(adapters: AdaptersMap) -> None:
@@ -263,13 +367,19 @@ def _register_loaders(adapters: AdaptersMap) -> None:
     adapters.register_loader("json", _JsonbLoader)
 
 
-def _connect_failed(dsn: str, exc: psycopg.OperationalError) -> ConnectionFailed:
-    """The `ConnectionFailed` of a connection attempt that failed with ``exc``: transient
-    unless the server answered and refused (`_REFUSED_BY_SERVER`)."""
-    reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+def _connect_failed(dsn: str, exc: psycopg.Error) -> ConnectionFailed | ConfigurationError:
+    """The error of a connection attempt that failed with ``exc``.
+
+    A `ConfigurationError` when psycopg refused the DSN (a ``ProgrammingError``) or
+    libpq refused a parameter's value (`_REFUSED_BY_LIBPQ`); else `ConnectionFailed`,
+    transient unless the server answered and refused (`_REFUSED_BY_SERVER`). The
+    message is one line (`_reason`).
+    """
+    if isinstance(exc, psycopg.ProgrammingError) or _refused_by_libpq(exc):
+        return _dsn_refused(dsn, exc)
     refused = any(marker in str(exc) for marker in _REFUSED_BY_SERVER)
     return ConnectionFailed(
-        f"cannot connect to PostgreSQL at {describe_dsn(dsn)}: {reason}", transient=not refused
+        f"cannot connect to PostgreSQL at {describe_dsn(dsn)}: {_reason(exc)}", transient=not refused
     )
 
 
@@ -334,8 +444,16 @@ class Database:
         listen: whether waits on a dedicated connection may ``LISTEN`` (`listen`;
             False behind PgBouncer in transaction pooling, where a ``LISTEN`` would
             stay behind on a server connection other clients then get).
+        application_name: what PostgreSQL shows of this database's connections
+            (``pg_stat_activity.application_name``; default ``pgtasks``), shortened to
+            `MAX_APPLICATION_NAME_BYTES` (`fit_application_name`). It is libpq's
+            ``fallback_application_name``: an ``application_name`` of the DSN, or
+            ``PGAPPNAME``, wins over it, and so does a ``fallback_application_name``
+            of the DSN.
 
     Raises:
+        ConfigurationError: (on first use) libpq or psycopg refuse the DSN (`check_dsn`,
+            and a value libpq refuses as it connects); the message gives their reason.
         ConnectionFailed: (on first use) the server cannot be reached; the message
             names host, port and database.
     """
@@ -351,6 +469,7 @@ class Database:
         session: str = "session_setup",
         listen: bool = True,
         prepare_at_first_use: bool = False,
+        application_name: str = "pgtasks",
     ) -> None:
         self.dsn = dsn
         # psycopg's per-execution flag: True prepares now, None leaves it to the threshold.
@@ -363,6 +482,9 @@ class Database:
         self._max_size = max_size
         self._connect_timeout = connect_timeout
         self._prepare_threshold = prepare_threshold
+        self._application_name = fit_application_name(application_name)
+        # The keyword arguments of every connection, once the DSN is checked (`_connect_kwargs`).
+        self._kwargs: dict[str, Any] | None = None
         self._pool: ConnectionPool[AnyConnection] | None = None
         self._lock = threading.Lock()
         self._root = self
@@ -383,22 +505,41 @@ class Database:
 
     # -- connections -------------------------------------------------------------
 
+    def _connect_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of every connection this database opens (its pool's and
+        dedicated ones), the DSN checked the first time (`check_dsn`).
+
+        Raises:
+            ConfigurationError: the DSN is refused.
+        """
+        kwargs = self._kwargs
+        if kwargs is None:
+            params = check_dsn(self.dsn)
+            kwargs = {"prepare_threshold": self._prepare_threshold}
+            if "fallback_application_name" not in params:  # the DSN's own wins
+                kwargs["fallback_application_name"] = self._application_name
+            self._kwargs = kwargs
+        return kwargs
+
     def connect(self, *, autocommit: bool = True) -> AnyConnection:
         """Open a dedicated connection (listener, worker loop); the caller closes it.
 
         Raises:
+            ConfigurationError: libpq or psycopg refuse the DSN (bad syntax, an unknown
+                parameter, a value such as ``connect_timeout=abc`` or ``sslmode=bogus``).
             ConnectionFailed: the server cannot be reached.
             DatabaseError: the connection was lost while it was set up (a server
                 shutting down right after accepting it: transient).
         """
+        kwargs = self._connect_kwargs()
         try:
             conn = psycopg.connect(
                 self.dsn,
                 autocommit=autocommit,
                 connect_timeout=max(1, int(self._connect_timeout)),
-                prepare_threshold=self._prepare_threshold,
+                **kwargs,
             )
-        except psycopg.OperationalError as exc:
+        except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
             raise _connect_failed(self.dsn, exc) from None
         try:
             configure_connection(conn, self._session)
@@ -415,17 +556,19 @@ class Database:
         prepared as `connect` prepares its own; the caller closes it.
 
         Raises:
+            ConfigurationError: libpq or psycopg refuse the DSN (see `connect`).
             ConnectionFailed: the server cannot be reached.
             DatabaseError: the connection was lost while it was set up (transient).
         """
+        kwargs = self._connect_kwargs()
         try:
             conn = await psycopg.AsyncConnection.connect(
                 self.dsn,
                 autocommit=autocommit,
                 connect_timeout=max(1, int(self._connect_timeout)),
-                prepare_threshold=self._prepare_threshold,
+                **kwargs,
             )
-        except psycopg.OperationalError as exc:
+        except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
             raise _connect_failed(self.dsn, exc) from None
         try:
             await configure_async_connection(conn, self._session)
@@ -445,12 +588,14 @@ class Database:
             return pool
         with self._lock:
             if self._pool is None:
-                self.connect().close()  # fail fast with a clear message
+                # Fail fast with a clear message: the DSN checked (`check_dsn`; the pool
+                # would retry a refused one until its timeout), then one connection made.
+                self.connect().close()
                 self._pool = ConnectionPool(
                     self.dsn,
                     min_size=1,
                     max_size=self._max_size,
-                    kwargs={"autocommit": True, "prepare_threshold": self._prepare_threshold},
+                    kwargs={"autocommit": True, **self._connect_kwargs()},
                     configure=functools.partial(configure_connection, session=self._session),
                     open=False,
                     name="pgtasks",
@@ -714,11 +859,17 @@ class Database:
             raise translate_error(exc) from exc
 
     def execute_script(self, sql_text: str, *, conn: AnyConnection) -> None:
-        """Run a trusted multi-statement script shipped in the package (migrations only)."""
+        """Run a trusted multi-statement script shipped in the package (migrations only).
+
+        Raises:
+            DatabaseError: PostgreSQL refused a statement (its message as it is: the
+                script creates pgtasks' schema, so a missing object of it is not a
+                schema to install).
+        """
         try:
             conn.execute(psql.SQL(sql_text))
         except psycopg.Error as exc:
-            raise translate_error(exc) from exc
+            raise translate_error(exc, schema_hint=False) from exc
 
     def copy_in(self, name: str, rows: Iterable[Sequence[Any]], *, conn: AnyConnection | None = None) -> None:
         """Stream rows into a named ``COPY ... FROM STDIN`` statement (text format)."""

@@ -11,7 +11,9 @@ from pgtasks.db.database import Database, Now, Row
 __all__ = ["WorkerInfo", "WorkerStore", "worker_database"]
 
 
-def worker_database(dsn: str, *, max_size: int, prepare_threshold: int | None) -> Database:
+def worker_database(
+    dsn: str, *, max_size: int, prepare_threshold: int | None, worker_id: str | None = None
+) -> Database:
     """A `Database` for a worker process (the worker and its pool's children).
 
     Its connections run ``worker_session_setup``: generic plans (the claim would be
@@ -21,6 +23,9 @@ def worker_database(dsn: str, *, max_size: int, prepare_threshold: int | None) -
     Args:
         dsn: the database. max_size: most pooled connections.
         prepare_threshold: psycopg's server-side prepare threshold (None: never).
+        worker_id: the worker's id: its connections' ``application_name`` is then
+            ``pgtasks worker <id>`` (shortened to 63 bytes in its middle; the DSN's own
+            ``application_name`` wins, see `Database`), else ``pgtasks``.
     """
     return Database(
         dsn,
@@ -28,6 +33,7 @@ def worker_database(dsn: str, *, max_size: int, prepare_threshold: int | None) -
         prepare_threshold=prepare_threshold,
         session="worker_session_setup",
         prepare_at_first_use=True,
+        application_name="pgtasks" if worker_id is None else f"pgtasks worker {worker_id}",
     )
 
 

@@ -346,7 +346,9 @@ def _child_main(
 
     configure_logging(spec.loglevel)
     app = AppLoader(app_spec=spec.app_spec, dsn=spec.dsn, plugins=spec.plugins).get()
-    database = worker_database(spec.dsn, max_size=2, prepare_threshold=spec.prepare_threshold)
+    database = worker_database(
+        spec.dsn, max_size=2, prepare_threshold=spec.prepare_threshold, worker_id=spec.worker_id
+    )
     runtime = _ChildRuntime(JobStore(database), spec.worker_id, flag)
     conn.send(READY)
     max_tasks = spec.max_tasks

@@ -137,6 +137,7 @@ class Worker:
             app.stores.database.dsn,
             max_size=min(self.config.concurrency + 4, 32),
             prepare_threshold=app.settings.prepare_threshold,
+            worker_id=self.id,
         )
         self.jobs = JobStore(self.database)
         self.workers = WorkerStore(self.database)
