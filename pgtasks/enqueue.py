@@ -234,7 +234,8 @@ def option_params(task: Task, options: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigurationError: a value is out of range or of the wrong type, a queue,
             tenant, lock or unique key is longer than `pgtasks.task.MAX_KEY_BYTES`
-            bytes in UTF-8 or not valid UTF-8, an ``eta`` outside the instants
+            bytes in UTF-8, not valid UTF-8 or holds a control character or a mark that
+            reorders text (`pgtasks.validation.check_name`), an ``eta`` outside the instants
             PostgreSQL and Python both hold, headers larger than
             `pgtasks.validation.MAX_HEADERS_BYTES` as JSON, or both ``countdown``
             and ``eta`` are given.
@@ -321,7 +322,8 @@ class JobEnqueuer:
         Raises:
             ConfigurationError: the arguments do not fit the task's signature (unless
                 ``typing=False``), a resolved key is not a non-empty string without
-                NUL of at most `pgtasks.task.MAX_KEY_BYTES` bytes in UTF-8, or the
+                control characters of at most `pgtasks.task.MAX_KEY_BYTES` bytes in
+                UTF-8 (`pgtasks.validation.check_name`), or the
                 headers exceed `pgtasks.validation.MAX_HEADERS_BYTES` as JSON.
             SerializationError: an argument or header cannot round-trip exactly.
         """

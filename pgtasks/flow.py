@@ -37,7 +37,7 @@ from typing import Any, Final
 from pgtasks.db.jobs import NO_FLOW, FlowFields
 from pgtasks.errors import ConfigurationError
 from pgtasks.serialization import canonical_dumps
-from pgtasks.validation import check_int, check_text, short
+from pgtasks.validation import check_int, check_name, short
 
 __all__ = [
     "FLOW_OPTIONS",
@@ -230,14 +230,14 @@ def _key(
     if rule is None:
         return None
     if rule == TENANT:
-        return check_text(label, "tenant=" + tenant)
+        return check_name(label, "tenant=" + tenant)
     if callable(rule):
         key = rule(*args, **kwargs)
         if key is not None and not isinstance(key, str):
             raise ConfigurationError(
                 f"{label} rule {rule!r} returned {type(key).__name__}, expected str or None"
             )
-        return None if key is None else check_text(label, key)
+        return None if key is None else check_name(label, key)
     signature = inspect.signature(fn)
     if bind:
         params = list(signature.parameters.values())[1:]
@@ -261,7 +261,7 @@ def _key(
         value = canonical_dumps(value, f"{label} {rule!r}")
     elif not isinstance(value, str | int) or isinstance(value, bool):
         value = str(value)
-    return check_text(label, f"{rule}={value}")
+    return check_name(label, f"{rule}={value}")
 
 
 def _order_dependent(value: object) -> bool:
@@ -299,15 +299,15 @@ def flow_fields(
 
     Raises:
         ConfigurationError: a bad option value, a key rule that cannot be resolved, a key
-            longer than `pgtasks.validation.MAX_KEY_BYTES` in UTF-8, or a key without a
-            limit.
+            longer than `pgtasks.validation.MAX_KEY_BYTES` in UTF-8 or holding a control
+            character (`pgtasks.validation.check_name`), or a key without a limit.
         SerializationError: a key rule names an argument whose value (a dict or set,
             written as canonical JSON) pgtasks' encoding refuses.
     """
     key: str | None
     if "concurrency_key" in options:
         given = options["concurrency_key"]
-        key = None if given is None else check_text("concurrency_key", given)
+        key = None if given is None else check_name("concurrency_key", given)
     else:
         key = _key(
             "concurrency_key", rule.concurrency_key, fn=fn, bind=bind, args=args, kwargs=kwargs, tenant=tenant
@@ -327,17 +327,17 @@ def flow_fields(
     rate_key: str | None = None
     if rate is not None:
         if options.get("rate_limit_key") is not None:
-            rate_key = check_text("rate_limit_key", options["rate_limit_key"])
+            rate_key = check_name("rate_limit_key", options["rate_limit_key"])
         else:
             rate_key = _key(
                 "rate_limit_key", rule.rate_key, fn=fn, bind=bind, args=args, kwargs=kwargs, tenant=tenant
             )
             if rate_key is None:
-                rate_key = check_text("rate_limit_key", "task=" + task_name)
+                rate_key = check_name("rate_limit_key", "task=" + task_name)
     elif options.get("rate_limit_key") is not None:
         raise ConfigurationError("rate_limit_key needs a rate_limit (the task has none)")
     elif queue_rate is not None and "rate_limit" not in options:
-        rate, rate_key = queue_rate, check_text("queue", "queue=" + queue)
+        rate, rate_key = queue_rate, check_name("queue", "queue=" + queue)
     cost = rule.cost if options.get("cost") is None else check_cost(options["cost"])
     if key is None and rate is None and cost == 1.0:
         return None

@@ -22,6 +22,7 @@ import pgtasks
 from pgtasks.errors import ConfigurationError
 from pgtasks.plugins import load_module_plugin
 from pgtasks.redaction import RedactingFilter
+from pgtasks.validation import HIDDEN_MARKS
 
 __all__ = ["AppLoader", "configure_logging", "load_app", "shown"]
 
@@ -31,8 +32,7 @@ def _visible_escapes() -> dict[int, str]:
     overrides and isolates, and the line and paragraph separators, each to its escape."""
     table = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
     table.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
-    marks = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029)
-    table.update({code: f"\\u{code:04x}" for code in marks})
+    table.update({code: f"\\u{code:04x}" for code in HIDDEN_MARKS})
     return table
 
 

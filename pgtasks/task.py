@@ -23,6 +23,7 @@ from pgtasks.validation import (
     CallCheck,
     check_bool,
     check_instant,
+    check_name,
     check_seconds,
     check_text,
     check_utf8,
@@ -211,21 +212,24 @@ def attempts_allowed(max_retries: object) -> int:
 
 
 def _check_queue(queue: object) -> str:
-    """Validate a queue name: a non-empty string without NUL, at most `MAX_KEY_BYTES` in UTF-8.
+    """Validate a queue name: a non-empty string of at most `MAX_KEY_BYTES` in UTF-8,
+    without NUL, control characters or marks that reorder text
+    (`pgtasks.validation.check_name`).
 
     Raises:
         ConfigurationError: naming the problem and the bound.
     """
-    return check_text("queue", queue)
+    return check_name("queue", queue)
 
 
 def check_tenant(tenant: object) -> str:
-    """Validate a tenant: a string (empty allowed) without NUL, at most `MAX_KEY_BYTES`.
+    """Validate a tenant: a string (empty allowed) of at most `MAX_KEY_BYTES`, without
+    NUL, control characters or marks that reorder text (`pgtasks.validation.check_name`).
 
     Raises:
         ConfigurationError: naming the problem and the bound.
     """
-    return check_text("tenant", tenant, empty=True)
+    return check_name("tenant", tenant, empty=True)
 
 
 def check_key_size(label: str, value: str) -> str:
@@ -571,13 +575,14 @@ def _checked_call(
 
 
 def check_key(label: str, key: object) -> str | None:
-    """A lock or unique key: None, or a non-empty string without NUL of at most
-    `MAX_KEY_BYTES` bytes in UTF-8.
+    """A lock or unique key: None, or a non-empty string of at most `MAX_KEY_BYTES`
+    bytes in UTF-8, without NUL, control characters or marks that reorder text
+    (`pgtasks.validation.check_name`).
 
     Raises:
         ConfigurationError: naming the problem.
     """
-    return None if key is None else check_text(label, key)
+    return None if key is None else check_name(label, key)
 
 
 def resolve_key(rule: KeyRule, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str | None:

@@ -11,7 +11,11 @@ parameter and the limit. The limits exist because of what sits behind the call:
   tenant, lock key, unique key, task name) must fit a B-tree entry: at most
   `MAX_KEY_BYTES` bytes of valid UTF-8 (PostgreSQL refuses an index entry larger
   than about a third of a page, "64.1.2. B-Tree Structure"; a lone surrogate such
-  as ``"\\ud800"`` has no UTF-8 form at all);
+  as ``"\\ud800"`` has no UTF-8 form at all); a queue, tenant, lock, unique,
+  concurrency or rate key also holds no control character and no mark that reorders
+  or hides text (`check_name`): it names a series of the metrics and a row of the
+  command line's tables, where such a character acts on the terminal or is shown as
+  an escape that another name may hold as plain text;
 * an instant must be one both PostgreSQL's ``timestamptz`` and Python's
   `datetime.datetime` can hold, read back in any session time zone: between
   `MIN_INSTANT` and `MAX_INSTANT` (Python stops at year 9999, and psycopg reads a
@@ -31,6 +35,7 @@ from __future__ import annotations
 import datetime as dt
 import inspect
 import math
+import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
 
@@ -38,6 +43,7 @@ from pgtasks.errors import ConfigurationError
 
 __all__ = [
     "BIGINT_MAX",
+    "HIDDEN_MARKS",
     "MAX_BATCH",
     "MAX_DELAY",
     "MAX_HEADERS_BYTES",
@@ -51,6 +57,7 @@ __all__ = [
     "check_instant",
     "check_int",
     "check_job_id",
+    "check_name",
     "check_retry_countdown",
     "check_seconds",
     "check_text",
@@ -85,6 +92,14 @@ BIGINT_MAX: Final = 2**63 - 1
 MAX_PAGE_SIZE: Final = 1000
 #: Most rows one statement of a batched maintenance call touches (``App.purge(batch=)``).
 MAX_BATCH: Final = 1_000_000
+#: The Unicode marks that reorder or hide text, besides the control characters: the
+#: Arabic letter mark, the left-to-right and right-to-left marks, the bidirectional
+#: embeddings, overrides and isolates (Unicode Standard Annex #9, "Explicit Directional
+#: Formatting Characters"), and the line and paragraph separators. `pgtasks.loader.shown`
+#: prints them as escapes; `check_name` refuses them.
+HIDDEN_MARKS: Final = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029)
+# A control character (Unicode category Cc: C0, DEL, C1) or one of HIDDEN_MARKS.
+_UNSHOWABLE: Final = re.compile("[\x00-\x1f\x7f-\x9f" + "".join(chr(c) for c in HIDDEN_MARKS) + "]")
 
 
 def short(value: object, keep: int = 40) -> str:
@@ -143,6 +158,31 @@ def check_text(label: str, value: object, *, max_bytes: int = MAX_KEY_BYTES, emp
             + (" (it goes into an index)" if max_bytes == MAX_KEY_BYTES else "")
         )
     return value
+
+
+def check_name(label: str, value: object, *, empty: bool = False) -> str:
+    """A name that goes into an index and is shown to operators (queue, tenant, lock,
+    unique, concurrency and rate key): `check_text`, and no control character (Unicode
+    category Cc: ``\\x00``-``\\x1f``, DEL, ``\\x80``-``\\x9f``, ANSI escapes among them)
+    nor any of `HIDDEN_MARKS` (a right-to-left override ``\\u202e``).
+
+    Such a character acts on a terminal or hides, so the command line shows it as an
+    escape: ``"mail\\x1b[31m"`` would look like a queue named with a backslash, and a
+    tool that drops ANSI sequences would show it as ``"mail"``.
+
+    Raises:
+        ConfigurationError: naming ``label``, the character and its index.
+    """
+    text = check_text(label, value, empty=empty)
+    if text.isprintable():  # every refused character is unprintable: the common case stops here
+        return text
+    found = _UNSHOWABLE.search(text)
+    if found is not None:
+        raise ConfigurationError(
+            f"{label} {short(text)} contains U+{ord(found.group()):04X} at index {found.start()}; "
+            "control characters and marks that reorder text are refused in names"
+        )
+    return text
 
 
 def check_int(label: str, value: object, low: int, high: int) -> int:

@@ -392,14 +392,40 @@ def _output_on_a_terminal(dsn: str, args: list[str]) -> str:
     return b"".join(chunks).decode()
 
 
-def test_metrics_show_escapes_on_a_terminal_and_stay_parseable_in_a_pipe(app: pgtasks.App, dsn: str) -> None:
-    @app.task(name="plain", queue=f"mail{CLEAR}")
+def test_metrics_keep_every_queue_apart_on_a_terminal_and_in_a_pipe(app: pgtasks.App, dsn: str) -> None:
+    """Queues whose names differ only in control characters (rows written by SQL: enqueue
+    refuses such names) stay distinct series: piped, the exposition format byte for byte
+    (click.echo used to drop the ANSI sequences, merging two of them into queue="mail"); on
+    a terminal, escapes that a queue named with a literal backslash does not share."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    @app.task(name="plain", queue="mail")
     def plain() -> None: ...
 
-    plain.delay()
+    queues = ["mail\x1b[31m", "mail\x1b[32m", "mail", "mail\\x1b[31m", f"mail{RTL}"]
+    ids = [plain.delay().id for _ in queues]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for job_id, queue in zip(ids, queues, strict=True):
+            conn.execute("UPDATE pgtasks.jobs SET queue = %s WHERE id = %s", (queue, job_id))
     args = ["--plugin", "pgtasks_metrics.plugin", "metrics"]
-    piped = run(dsn, *args)
-    # In a pipe click drops ANSI sequences, and no backslash escape the format does not know is added.
-    assert piped.exit_code == 0 and 'queue="mail' in piped.output and "\\x1b" not in piped.output
+    env = {**os.environ, "PGTASKS_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    piped = subprocess.run(
+        [sys.executable, "-m", "pgtasks", "--dsn", dsn, *args],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        check=True,
+        cwd=REPO,
+        env=env,
+    ).stdout.decode("utf-8")
+    queued = [
+        sample.labels["queue"]
+        for family in text_string_to_metric_families(piped)
+        for sample in family.samples
+        if sample.name == "pgtasks_jobs" and sample.labels["status"] == "queued"
+    ]
+    assert sorted(queued) == sorted(queues)  # one series each, none merged, none dropped
     shown = _output_on_a_terminal(dsn, args)
-    assert 'queue="mail\\x1b[2J"' in shown and "\x1b" not in shown
+    assert "\x1b" not in shown and RTL not in shown
+    for label in ('"mail\\x1b[31m"', '"mail\\x1b[32m"', '"mail"', '"mail\\\\x1b[31m"', '"mail\\u202e"'):
+        assert shown.count(f'pgtasks_jobs{{queue={label},status="queued"}} 1.0') == 1, (label, shown)

@@ -280,10 +280,13 @@ def test_tenants_page_shows_backlog_and_share(dapp: pgtasks.App) -> None:
     assert "No tenant has a backlog." in client(dapp, tenant="initech").get("/tenants").text
 
 
-def test_values_are_escaped_and_control_characters_shown(dapp: pgtasks.App) -> None:
+def test_values_are_escaped_and_control_characters_shown(dapp: pgtasks.App, dsn: str) -> None:
     queue = '<img src=x onerror="alert(1)">\x1b[2J'
-    r = dapp.tasks["dash.echo"].apply_async(args=("<script>alert('x')</script>",), queue=queue,
+    r = dapp.tasks["dash.echo"].apply_async(args=("<script>alert('x')</script>",), queue="q",
                                             tenant="<i>t</i>")  # fmt: skip
+    # Enqueue refuses a queue name with a control character; a row written by SQL may hold one.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE pgtasks.jobs SET queue = %s WHERE id = %s", (queue, r.id))
     tc = client(dapp)
     for path in ("/", "/jobs", f"/jobs/{r.id}", "/tenants"):
         page = tc.get(path)

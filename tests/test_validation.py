@@ -9,6 +9,7 @@ and parameters that would make a call loop or wait forever.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import functools
 import re
@@ -18,8 +19,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
 import pgtasks
+from pgtasks.cli import cli
 from pgtasks.context import Request, TaskContext
 from pgtasks.errors import ConfigurationError, InvalidSchedule, PgtasksError, Retry
 from pgtasks.maintenance import ReaperConfig
@@ -265,6 +268,105 @@ def test_schedule_actor_texts_are_checked(sapp: pgtasks.App, conn: psycopg.Conne
     with pytest.raises(ConfigurationError, match=r"by .*lone surrogate"):
         sapp.schedules.pause("nightly", by=SURROGATE)
     assert sapp.schedules.get("nightly").paused is False
+
+
+# -- names: control characters ------------------------------------------------------------
+
+# Names that would act on a terminal or look like another name: an ANSI colour, a C1
+# control, a bell, a newline, a right-to-left override, a directional isolate.
+HIDDEN = {
+    "esc": "mail\x1b[31m",
+    "c1": "mail\x9b31m",
+    "bell": "ma\x07il",
+    "newline": "mail\n",
+    "rtl": "mail\u202e",
+    "isolate": "\u2066mail",
+}
+_NAME_OPTIONS: dict[str, Callable[[str], dict[str, Any]]] = {
+    "queue": lambda name: {"queue": name},
+    "tenant": lambda name: {"tenant": name},
+    "lock": lambda name: {"lock": name},
+    "unique_key": lambda name: {"unique_key": name},
+    "concurrency_key": lambda name: {"concurrency_key": name, "concurrency_limit": 1},
+    "rate_limit_key": lambda name: {"rate_limit_key": name, "rate_limit": "5/s"},
+}
+
+
+@pytest.mark.parametrize("option", sorted(_NAME_OPTIONS))
+@pytest.mark.parametrize("name", sorted(HIDDEN))
+def test_a_name_with_a_control_character_is_refused_at_every_enqueue(
+    app: pgtasks.App, task: pgtasks.Task, conn: psycopg.Connection[Any], option: str, name: str
+) -> None:
+    options = _NAME_OPTIONS[option](HIDDEN[name])
+    needle = f"{option} {HIDDEN[name]!a} contains U+"
+    _refused(conn, lambda: task.apply_async((1,), **options), needle)
+    _refused(conn, lambda: app.send_task("ocr", (1,), **options), needle)
+    _refused(conn, lambda: task.delay_many([1, 2, 3], **options), needle)  # one multi-row INSERT
+    _refused(conn, lambda: task.delay_many(list(range(100)), **options), needle)  # COPY when plain
+
+
+def test_a_key_a_rule_makes_from_one_call_s_arguments_refuses_the_whole_batch(
+    app: pgtasks.App, conn: psycopg.Connection[Any]
+) -> None:
+    locked = app.task(name="locked", lock=lambda i: f"doc:{i}")(ocr)
+    keyed = app.task(name="keyed", concurrency_key="document_id", concurrency_limit=2)(ocr)
+    ids: list[Any] = [*range(99), "7\x1b[2J"]
+    _refused(conn, lambda: locked.delay_many(ids), "lock 'doc:7\\x1b[2J' contains U+001B at index 5")
+    _refused(conn, lambda: keyed.delay_many(ids), "concurrency_key 'document_id=7\\x1b[2J' contains U+001B")
+    assert len(locked.delay_many(range(99))) == 99  # printable keys are written as before
+
+
+def test_the_asyncio_enqueue_refuses_a_name_with_a_control_character(
+    task: pgtasks.Task, dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    async def enqueue() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            await task.apply_async_async((1,), connection=aconn, queue=HIDDEN["esc"])
+
+    _refused(conn, lambda: asyncio.run(enqueue()), "queue 'mail\\x1b[31m' contains U+001B at index 4")
+
+
+def test_task_options_with_a_control_character_are_refused(app: pgtasks.App) -> None:
+    for options in ({"queue": HIDDEN["esc"]}, {"tenant": HIDDEN["rtl"]}, {"lock": HIDDEN["bell"]}):
+        with pytest.raises(ConfigurationError, match="contains U\\+"):
+            app.task(name="refused", **options)(ocr)
+    assert "refused" not in app.tasks
+
+
+def test_printable_names_of_any_script_are_accepted(
+    task: pgtasks.Task, conn: psycopg.Connection[Any]
+) -> None:
+    """Only control characters and the marks that reorder text are refused: spaces,
+    non-breaking spaces, accents, emoji and other scripts are names as before."""
+    name = "mail é€𝄞 \u00a0 \u05d0\u05d1 👩\u200d💻"
+    job = task.apply_async((1,), queue=name, tenant=name, lock=name, unique_key=name)
+    row = conn.execute(
+        "SELECT queue, tenant, lock_key, unique_key FROM pgtasks.jobs WHERE id = %s", (job.id,)
+    )
+    assert row.fetchone() == (name, name, name, name)
+
+
+def test_a_worker_refuses_to_serve_a_queue_with_a_control_character(dsn: str) -> None:
+    with pytest.raises(ConfigurationError, match="queue 'mail\\\\x1b\\[31m' contains U\\+001B"):
+        WorkerConfig(queues=("default", HIDDEN["esc"]))
+    with pytest.raises(ConfigurationError, match="worker_id"):
+        WorkerConfig(worker_id=HIDDEN["rtl"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "--dsn",
+            dsn,
+            "-A",
+            "tests.apps.worker_app:app",
+            "worker",
+            "--burst",
+            "-Q",
+            f"default,{HIDDEN['esc']}",
+        ],
+        env={"PGTASKS_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    )
+    assert result.exit_code == 2, result.output
+    assert "contains U+001B" in result.output and "\x1b" not in result.output
 
 
 # -- the call against the task's signature ------------------------------------------------

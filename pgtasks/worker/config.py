@@ -7,7 +7,7 @@ import socket
 from dataclasses import dataclass, field
 
 from pgtasks.errors import ConfigurationError
-from pgtasks.validation import check_bool, check_int, check_seconds, check_text, short
+from pgtasks.validation import check_bool, check_int, check_name, check_seconds, check_text, short
 
 __all__ = ["WorkerConfig", "make_worker_id"]
 
@@ -74,9 +74,9 @@ class WorkerConfig:
 
     Raises:
         ConfigurationError: a field of the wrong type or out of range, naming it and
-            the limit (queues and the worker id as `pgtasks.validation.check_text`:
-            at most 1,000 bytes of valid UTF-8; counts up to `COUNT_LIMITS`; seconds
-            finite and at most `pgtasks.validation.MAX_DELAY`).
+            the limit (queues and the worker id as `pgtasks.validation.check_name`:
+            at most 1,000 bytes of valid UTF-8, no control character; counts up to
+            `COUNT_LIMITS`; seconds finite and at most `pgtasks.validation.MAX_DELAY`).
     """
 
     queues: tuple[str, ...] = ("default",)
@@ -110,7 +110,7 @@ class WorkerConfig:
                 f"queues must be a non-empty tuple of queue names, got {short(self.queues)}"
             )
         for queue in self.queues:
-            check_text("queue", queue)
+            check_name("queue", queue)
         if self.pool not in POOLS:
             raise ConfigurationError(f"pool must be one of {', '.join(POOLS)}, got {short(self.pool)}")
         if self.unknown_tasks not in UNKNOWN_TASK_POLICIES:
@@ -129,7 +129,7 @@ class WorkerConfig:
         if self.hostname is not None:
             check_text("hostname", self.hostname, max_bytes=MAX_HOSTNAME_BYTES)
         if self.worker_id:
-            check_text("worker_id", self.worker_id)
+            check_name("worker_id", self.worker_id)
         if self.metrics_port is not None:
             check_int("metrics_port", self.metrics_port, 0, 65535)
         check_text("metrics_host", self.metrics_host, max_bytes=MAX_HOSTNAME_BYTES)

@@ -28,18 +28,28 @@ def metrics_command(loader: AppLoader, port: int | None, bind: str) -> None:
     """Queue length per status and worker state, in Prometheus' text format.
 
     On a terminal, control characters in label values (queue names, worker ids)
-    are shown as escapes (`pgtasks.plugin_api.shown`). Written to a pipe or a file
-    (a textfile collector), the text stays in the exposition format, which has no
-    such escapes (click drops ANSI sequences there). With ``--read-dsn`` (or
-    ``PGTASKS_READ_DSN``) the numbers are read on that replica.
+    are shown as escapes (`pgtasks.plugin_api.shown`): the exposition format writes a
+    backslash in a value as ``\\\\``, so an escape such as ``\\x1b`` cannot be read as
+    another value, and two values stay two. Written to a pipe or a file (a textfile
+    collector), the output is the exposition format byte for byte, in UTF-8: that
+    format has no escape for a control character, and dropping one (as ``click.echo``
+    drops ANSI sequences off a terminal) would merge the series of ``"mail\\x1b[31m"``
+    and ``"mail"``, which a collector refuses as duplicates. Enqueue refuses such
+    names (`pgtasks.validation.check_name`); only rows written by other means hold
+    them. With ``--read-dsn`` (or ``PGTASKS_READ_DSN``) the numbers are read on that
+    replica.
     """
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(loader.reader()))  # a replica's, with --read-dsn
     if port is None:
-        text = generate_latest(registry).decode()
-        if sys.stdout.isatty():  # piped, the text stays in the exposition format
-            text = "\n".join(shown(line) for line in text.split("\n"))
-        click.echo(text, nl=False)
+        exposition = generate_latest(registry)
+        if sys.stdout.isatty():
+            text = exposition.decode()
+            click.echo("\n".join(shown(line) for line in text.split("\n")), nl=False)
+            return
+        sys.stdout.flush()  # the bytes as they are: click.echo would drop ANSI sequences
+        sys.stdout.buffer.write(exposition)
+        sys.stdout.buffer.flush()
         return
     server, thread = start_http_server(port, addr=bind, registry=registry)
     click.echo(f"serving metrics on http://{bind}:{port}/metrics")
