@@ -514,6 +514,7 @@ class App:
         self,
         *,
         status: str | None = None,
+        phase: str | None = None,
         queue: str | None = None,
         task_name: str | None = None,
         tenant: str | None = None,
@@ -524,17 +525,20 @@ class App:
 
         Args:
             status: a `pgtasks.JobStatus` value, or None for any.
+            phase: instead of ``status``, a `Job.phase`: ``"claimed"`` (``running``, its
+                body not started: claimed ahead), ``"running"`` (its body started) or
+                another `pgtasks.JobStatus` value; None for any.
             queue, task_name, tenant: exact names (None for any); text of at most
                 `pgtasks.validation.MAX_KEY_BYTES` bytes in UTF-8.
             before_id: only jobs with a smaller id (a bigint), or None.
             limit: most jobs returned, 1..`pgtasks.validation.MAX_PAGE_SIZE`.
 
         Raises:
-            ConfigurationError: a filter or bound of the wrong type or out of range;
-                the message names the parameter and the limit.
+            ConfigurationError: a filter or bound of the wrong type or out of range, or
+                both ``status`` and ``phase``; the message names the parameter and the limit.
         """
         return jobadmin.list_jobs(
-            self.stores.jobs, status=status, queue=queue, task_name=task_name, tenant=tenant,
+            self.stores.jobs, status=status, phase=phase, queue=queue, task_name=task_name, tenant=tenant,
             before_id=before_id, limit=limit,
         )  # fmt: skip
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from pgtasks.errors import ConfigurationError, JobNotFound
 from pgtasks.records import Explanation, Reason, ReasonCode
-from pgtasks.states import ErrorCode, FailureClass, JobStatus
+from pgtasks.states import CLAIMED, ErrorCode, FailureClass, JobStatus
 from pgtasks.validation import MAX_PAGE_SIZE, check_bool, check_choice, check_int, check_job_id, check_text
 
 if TYPE_CHECKING:
@@ -105,6 +105,7 @@ def list_jobs(
     jobs: JobStore,
     *,
     status: str | None = None,
+    phase: str | None = None,
     queue: str | None = None,
     task_name: str | None = None,
     tenant: str | None = None,
@@ -113,12 +114,24 @@ def list_jobs(
 ) -> list[Job]:
     """Jobs newest first, filtered (None: any); page with ``before_id``.
 
+    ``phase`` filters by `pgtasks.Job.phase`, what ``pgtasks jobs list`` shows:
+    ``claimed`` lists the ``running`` jobs whose body has not started, ``running`` those
+    whose body started, any other status the jobs of that status.
+
     Raises:
-        ConfigurationError: a filter or bound of the wrong type or out of range; the
-            message names the parameter and the limit.
+        ConfigurationError: a filter or bound of the wrong type or out of range, or both
+            ``status`` and ``phase``; the message names the parameter and the limit.
     """
+    started: bool | None = None
     if status is not None:
         check_choice("status", status, [s.value for s in JobStatus])
+    if phase is not None:
+        if status is not None:
+            raise ConfigurationError("give status or phase, not both")
+        check_choice("phase", phase, [*(s.value for s in JobStatus), CLAIMED])
+        status = JobStatus.RUNNING.value if phase == CLAIMED else phase
+        if status == JobStatus.RUNNING:
+            started = phase != CLAIMED
     if queue is not None:
         check_text("queue", queue)
     if task_name is not None:
@@ -129,8 +142,9 @@ def list_jobs(
         check_job_id("before_id", before_id)
     check_int("limit", limit, 1, MAX_PAGE_SIZE)
     return jobs.list(
-        status=status, queue=queue, task_name=task_name, tenant=tenant, before_id=before_id, limit=limit
-    )
+        status=status, started=started, queue=queue, task_name=task_name, tenant=tenant,
+        before_id=before_id, limit=limit,
+    )  # fmt: skip
 
 
 def explain(jobs: JobStore, job_id: int) -> Explanation:

@@ -342,6 +342,7 @@ class TenantScope:
         self,
         *,
         status: str | None = None,
+        phase: str | None = None,
         queue: str | None = None,
         task_name: str | None = None,
         before_id: int | None = None,
@@ -352,16 +353,20 @@ class TenantScope:
 
         Args:
             status: a `pgtasks.JobStatus` value, or None for any.
+            phase: instead of ``status``, a `pgtasks.Job.phase` (``"claimed"``,
+                ``"running"`` for a started body, ...), as `pgtasks.App.list_jobs`.
             queue, task_name: exact names, or None for any.
             before_id: only jobs with a smaller id, or None.
             limit: most jobs returned, 1..`pgtasks.validation.MAX_PAGE_SIZE`.
 
         Raises:
-            ConfigurationError: a filter or bound of the wrong type or out of range.
+            ConfigurationError: a filter or bound of the wrong type or out of range, or
+                both ``status`` and ``phase``.
         """
         return jobadmin.list_jobs(
             self.stores.jobs,
             status=status,
+            phase=phase,
             queue=queue,
             task_name=task_name,
             before_id=before_id,

@@ -87,7 +87,13 @@ def _jobs_api(loader: AppLoader, tenant: str | None, *, read: bool = False) -> A
 
 
 @jobs_group.command("list")
-@click.option("--status", type=click.Choice(_STATUSES), default=None)
+@click.option(
+    "--status",
+    type=click.Choice([*_STATUSES, CLAIMED]),
+    default=None,
+    help="Only jobs in this phase, as the status column shows it: claimed (held ahead by a worker, "
+    "not started) apart from running (started).",
+)
 @click.option("-Q", "--queue", default=None)
 @click.option("--task", "task_name", default=None)
 @tenant_option
@@ -107,13 +113,15 @@ def jobs_list(
 ) -> None:
     """Jobs, newest first (with ``--tenant``, only that tenant's).
 
-    With ``--json``: an array of job objects (``[]`` when nothing matches); the next
-    page is ``--before`` the last id.
+    The status column shows each job's phase (`pgtasks.Job.phase`): ``claimed`` for a
+    ``running`` job whose body has not started; ``--status`` filters by it, so
+    ``--status running`` lists the started ones only. With ``--json``: an array of job
+    objects (``[]`` when nothing matches); the next page is ``--before`` the last id.
     """
     api = _jobs_api(loader, tenant, read=True)
     if tenant is None:
         warn_if_rows_hidden(loader.reader())
-    filters: dict[str, Any] = {"status": status, "queue": queue, "task_name": task_name}
+    filters: dict[str, Any] = {"phase": status, "queue": queue, "task_name": task_name}
     try:
         jobs = api.list_jobs(**filters, before_id=before_id, limit=limit)
     except PgtasksError as exc:

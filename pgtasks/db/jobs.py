@@ -982,6 +982,7 @@ class JobStore:
         self,
         *,
         status: str | None = None,
+        started: bool | None = None,
         queue: str | None = None,
         task_name: str | None = None,
         tenant: str | None = None,
@@ -990,8 +991,10 @@ class JobStore:
         before_id: int | None = None,
         limit: int = 50,
     ) -> list[Job]:
-        """Jobs newest first, filtered (None: any) by status, queue, task, tenant and
-        creation time in ``[created_after, created_before)``; ``before_id`` pages on.
+        """Jobs newest first, filtered (None: any) by status, whether the body started
+        (``started_at`` set; with status ``running``, False gives the jobs claimed ahead,
+        `pgtasks.Job.phase`), queue, task, tenant and creation time in
+        ``[created_after, created_before)``; ``before_id`` pages on.
 
         In a scoped store only its tenant's jobs: ``tenant`` then filters nothing more
         when it is None or the same, and a different one matches no job.
@@ -1001,8 +1004,8 @@ class JobStore:
                 return []
             tenant = self.tenant
         params = {
-            "status": status, "queue": queue, "task_name": task_name, "tenant": tenant,
-            "created_after": created_after, "created_before": created_before,
+            "status": status, "started": started, "queue": queue, "task_name": task_name,
+            "tenant": tenant, "created_after": created_after, "created_before": created_before,
             "before_id": before_id, "limit": limit,
         }  # fmt: skip
         return [Job.from_row(r) for r in self.database.fetch_all("job_list", params)]

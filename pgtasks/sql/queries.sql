@@ -320,8 +320,11 @@ LEFT JOIN LATERAL (
 ) h ON true;
 
 -- fragment: job_listed
--- The filters of job_list, on the hot table or the history.
+-- The filters of job_list, on the hot table or the history; %(started)s (NULL: either)
+-- whether the body started (started_at set): with status 'running', false lists the jobs
+-- claimed ahead, true the ones running (the phases of `pgtasks.Job.phase`).
 (%(status)s::text IS NULL OR status = %(status)s)
+AND (%(started)s::boolean IS NULL OR (started_at IS NOT NULL) = %(started)s::boolean)
 AND (%(queue)s::text IS NULL OR queue = %(queue)s)
 AND (%(task_name)s::text IS NULL OR task_name = %(task_name)s)
 AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
@@ -330,7 +333,7 @@ AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s:
 AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
 
 -- name: job_list
--- Jobs filtered by optional status, queue, task, tenant and creation time in
+-- Jobs filtered by optional status, start, queue, task, tenant and creation time in
 -- [%(created_after)s, %(created_before)s) (each NULL: any); newest first, keyset-paginated by id.
 -- The hot table and the history (migration 0009), one page of each merged in id order; the
 -- history is not read at all for an unfinished status.
