@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 #: Batches of at least this many plain jobs go through COPY (fewer: one multi-row INSERT).
-COPY_THRESHOLD: Final = 64
+COPY_THRESHOLD: Final = 512
 
 #: Most prerequisites one job may wait for (``depends_on``, a chord's header).
 MAX_PREREQUISITES: Final = 10_000

@@ -15,6 +15,7 @@ import pytest
 import pgtasks
 from pgtasks.context import CLAIM_COLUMNS
 from pgtasks.db import text_array_literal
+from pgtasks.enqueue import COPY_THRESHOLD
 from pgtasks.errors import AlreadyQueued, ConfigurationError, PgtasksError, SerializationError
 from pgtasks.serialization import dumps
 from pgtasks.task import MAX_KEY_BYTES
@@ -132,7 +133,7 @@ def test_rolled_back_enqueue_sends_no_notification(
 ) -> None:
     with psycopg.connect(dsn) as caller:
         task.apply_async(args=(1,), connection=caller)
-        task.delay_many(range(100), connection=caller)
+        task.delay_many(range(COPY_THRESHOLD), connection=caller)  # COPY
         caller.rollback()
     assert _notifications_until_marker(listener, dsn, "after-rollback") == []
 
@@ -241,11 +242,12 @@ def test_bulk_with_countdown_sets_run_at_in_the_future(
 
 def test_bulk_mixing_tasks_and_options(app: pgtasks.App, task: pgtasks.Task) -> None:
     second = app.task(name="other", queue="misc")(other)
-    sigs = [task.s(i, lang="de").set(priority=5, tenant="acme") for i in range(70)]
-    sigs += [second.s(i) for i in range(70)]
+    n = COPY_THRESHOLD // 2 + 1  # both together: COPY
+    sigs = [task.s(i, lang="de").set(priority=5, tenant="acme") for i in range(n)]
+    sigs += [second.s(i) for i in range(n)]
     results = app.bulk_apply(sigs)
     jobs = [app.get_job(r.id) for r in results]
-    assert [j.task_name for j in jobs] == ["ocr"] * 70 + ["other"] * 70
+    assert [j.task_name for j in jobs] == ["ocr"] * n + ["other"] * n
     assert jobs[0].kwargs == {"lang": "de"}
     assert (jobs[0].priority, jobs[0].tenant, jobs[0].queue) == (5, "acme", "ocr")
     assert (jobs[-1].priority, jobs[-1].tenant, jobs[-1].queue) == (0, "", "misc")
@@ -314,7 +316,7 @@ def test_empty_bulk_writes_nothing(app: pgtasks.App, task: pgtasks.Task) -> None
 
 def test_bad_item_in_bulk_writes_nothing(task: pgtasks.Task, conn: psycopg.Connection[Any]) -> None:
     with pytest.raises(ConfigurationError):
-        task.app.bulk_apply([*(task.s(i) for i in range(100)), task.s(1).set(priority=10**6)])
+        task.app.bulk_apply([*(task.s(i) for i in range(COPY_THRESHOLD)), task.s(1).set(priority=10**6)])
     assert _count(conn) == 0
 
 
@@ -322,8 +324,10 @@ def test_a_refused_item_of_a_bulk_call_is_named_by_its_index_and_nothing_is_writ
     app: pgtasks.App, task: pgtasks.Task, conn: psycopg.Connection[Any]
 ) -> None:
     with pytest.raises(SerializationError) as info:
-        task.delay_many([*range(100), object(), 101])  # enough for COPY
-    assert str(info.value).startswith("item 100: args[0]: values of type object cannot be stored"), info.value
+        task.delay_many([*range(COPY_THRESHOLD), object(), 101])  # enough for COPY
+    assert str(info.value).startswith(
+        f"item {COPY_THRESHOLD}: args[0]: values of type object cannot be stored"
+    ), info.value
     assert info.value.path == "args[0]"  # where the value sits inside its call, as before
     good = [task.s(i) for i in range(5)]
     for bad, refused, message in (
@@ -455,7 +459,7 @@ def test_bad_enqueue_option_raises_configuration_error_and_writes_nothing(
     with pytest.raises(ConfigurationError, match=match):
         task.apply_async(args=(1,), **options)
     with pytest.raises(ConfigurationError, match=match):
-        task.delay_many(range(100), **options)
+        task.delay_many(range(COPY_THRESHOLD), **options)
     assert _count(conn) == 0
 
 
@@ -603,7 +607,8 @@ def test_oversized_indexed_value_is_refused_at_apply_async_and_in_bulk(
     with pytest.raises(ConfigurationError, match=match):
         task.apply_async(args=(1,), **_opt(option, OVERSIZED))
     with pytest.raises(ConfigurationError, match=match):
-        task.delay_many(range(100), **_opt(option, OVERSIZED))  # COPY (unique keys: multi-row INSERT)
+        # COPY (unique keys: the multi-row INSERT)
+        task.delay_many(range(COPY_THRESHOLD), **_opt(option, OVERSIZED))
     with pytest.raises(ConfigurationError, match=match):
         task.delay_many(range(3), **_opt(option, OVERSIZED))  # multi-row INSERT
     good, bad = task.s(1), task.s(2).set(**_opt(option, OVERSIZED))
@@ -647,7 +652,7 @@ def test_task_level_keys_are_bounded(app: pgtasks.App, conn: psycopg.Connection[
     with pytest.raises(ConfigurationError, match=r"lock .*3000 bytes"):
         ruled.delay(1)
     with pytest.raises(ConfigurationError, match=r"lock .*3000 bytes"):
-        ruled.delay_many(range(100))
+        ruled.delay_many(range(COPY_THRESHOLD))
     assert _count(conn) == 0
 
 

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 import pgtasks
 from pgtasks.cli import cli
 from pgtasks.context import Request, TaskContext
+from pgtasks.enqueue import COPY_THRESHOLD
 from pgtasks.errors import ConfigurationError, InvalidSchedule, PgtasksError, Retry
 from pgtasks.maintenance import ReaperConfig
 from pgtasks.scheduler import SchedulerConfig
@@ -302,7 +303,7 @@ def test_a_name_with_a_control_character_is_refused_at_every_enqueue(
     _refused(conn, lambda: task.apply_async((1,), **options), needle)
     _refused(conn, lambda: app.send_task("ocr", (1,), **options), needle)
     _refused(conn, lambda: task.delay_many([1, 2, 3], **options), needle)  # one multi-row INSERT
-    _refused(conn, lambda: task.delay_many(list(range(100)), **options), needle)  # COPY when plain
+    _refused(conn, lambda: task.delay_many(list(range(COPY_THRESHOLD)), **options), needle)  # COPY when plain
 
 
 def test_a_key_a_rule_makes_from_one_call_s_arguments_refuses_the_whole_batch(

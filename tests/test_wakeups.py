@@ -22,6 +22,7 @@ from helpers import eventually
 import pgtasks
 from pgtasks.db import WakeupSender
 from pgtasks.db.wakeups import MAX_NAMED, MIN_INTERVAL
+from pgtasks.enqueue import COPY_THRESHOLD
 from pgtasks.worker import Worker
 
 
@@ -125,7 +126,7 @@ def test_bulk_enqueue_wakes_each_queue_once(app: pgtasks.App, listener: Listener
     @app.task(name="wake.bulk", queue="bulk")
     def bulk(i: int) -> None: ...
 
-    bulk.delay_many(range(200))
+    bulk.delay_many(range(COPY_THRESHOLD))  # COPY
     listener.wait_for("bulk")
     assert listener.drain(0.3).count("bulk") == 1
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from pgtasks.db.database import AnyAsyncConnection, AnyConnection, Database, Now, Row, bigint_array_literal
 from pgtasks.errors import AlreadyQueued, DatabaseError, JobNotFound, NotOwner
 from pgtasks.records import Job
@@ -452,17 +454,19 @@ class JobStore:
         With ``notify``, the workers of the written jobs' queues are woken when ``conn``
         commits (with ``conn`` None: when the statement does).
         """
-        params: dict[str, Any] = {
-            "task_names": task_names, "queues": queues, "tenants": tenants, "args": args, "kwargs": kwargs,
-            "headers": headers, "priorities": priorities, "max_attempts": max_attempts,
-            "retry_on_worker_lost": retry_on_worker_lost, "countdowns": countdowns, "etas": etas,
-            "lock_keys": lock_keys, "unique_keys": unique_keys, "notify": notify,
-        }  # fmt: skip
-        columns = (
-            "concurrency_keys", "concurrency_limits", "rate_keys", "rate_limits", "rate_periods", "costs",
-        )  # fmt: skip
-        for n, column in enumerate(columns):
-            params[column] = None if flows is None else [f[n] for f in flows]
+        fragment = orjson.Fragment
+        jobs: list[list[Any]] = [
+            [t, q, te, fragment(a), fragment(k), fragment(h), p, m, None if e is None else e.isoformat(),
+             c, lk, uk, r]
+            for t, q, te, a, k, h, p, m, e, c, lk, uk, r in zip(
+                task_names, queues, tenants, args, kwargs, headers, priorities, max_attempts, etas,
+                countdowns, lock_keys, unique_keys, retry_on_worker_lost, strict=True,
+            )
+        ]  # fmt: skip
+        if flows is not None:
+            for job, flow in zip(jobs, flows, strict=True):
+                job.extend(flow)
+        params = {"jobs": orjson.dumps(jobs).decode(), "notify": notify}
         return [int(r["id"]) for r in self.database.fetch_all("job_insert_many", params, conn=conn)]
 
     def ids_reserve(self, *, n: int, conn: AnyConnection | None = None) -> list[int] | None:
