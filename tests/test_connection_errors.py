@@ -130,6 +130,30 @@ def test_a_server_that_is_down_stays_a_transient_connection_failure_with_its_cau
     assert out.returncode == 1 and "Connection refused" in out.stderr and "\\t" not in out.stderr
 
 
+@pytest.mark.parametrize("given", ["dsn", "environment"])
+def test_a_connect_timeout_of_the_dsn_bounds_a_dedicated_connection(
+    given: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that accepts the TCP connection and never answers: the DSN's (or
+    PGCONNECT_TIMEOUT's) 2 s apply, as docs/configuration.md advises for failover, not
+    the database's own 30 s."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)  # the kernel completes the handshake; nobody ever answers
+        port = server.getsockname()[1]
+        dsn = f"postgresql://postgres@127.0.0.1:{port}/silent"
+        if given == "dsn":
+            dsn += "?connect_timeout=2"
+        else:
+            monkeypatch.setenv("PGCONNECT_TIMEOUT", "2")
+        began = time.monotonic()
+        with pytest.raises(ConnectionFailed) as info:
+            Database(dsn, connect_timeout=30).connect()
+        waited = time.monotonic() - began
+    assert info.value.transient
+    assert 1.5 < waited < 10, f"waited {waited:.1f} s"
+
+
 # -- a database without pgtasks' schema -------------------------------------------------------
 
 NOT_INSTALLED = "pgtasks' schema is not installed in this database"

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import select
 import threading
@@ -429,7 +430,10 @@ class Database:
         dsn: libpq connection string or URI.
         queries: name → statement mapping (default: pgtasks' own file).
         max_size: most pooled connections (default 8).
-        connect_timeout: seconds to wait for a first connection (default 10).
+        connect_timeout: seconds to wait for a first connection (default 10), and for
+            each dedicated connection (`connect`) unless the DSN sets its own
+            ``connect_timeout`` (or the environment ``PGCONNECT_TIMEOUT``): that one
+            applies then, as libpq applies it to each host of a multi-host DSN.
         prepare_threshold: psycopg's automatic server-side prepare threshold; None
             disables prepared statements (needed behind PgBouncer in transaction
             pooling before PgBouncer 1.21).
@@ -485,6 +489,7 @@ class Database:
         self._application_name = fit_application_name(application_name)
         # The keyword arguments of every connection, once the DSN is checked (`_connect_kwargs`).
         self._kwargs: dict[str, Any] | None = None
+        self._timeout_given = False  # the DSN or PGCONNECT_TIMEOUT sets connect_timeout
         self._pool: ConnectionPool[AnyConnection] | None = None
         self._lock = threading.Lock()
         self._root = self
@@ -518,8 +523,22 @@ class Database:
             kwargs = {"prepare_threshold": self._prepare_threshold}
             if "fallback_application_name" not in params:  # the DSN's own wins
                 kwargs["fallback_application_name"] = self._application_name
+            self._timeout_given = "connect_timeout" in params or "PGCONNECT_TIMEOUT" in os.environ
             self._kwargs = kwargs
         return kwargs
+
+    def _dedicated_kwargs(self) -> dict[str, Any]:
+        """`_connect_kwargs`, and this database's ``connect_timeout`` unless the DSN or
+        ``PGCONNECT_TIMEOUT`` gives one (a keyword argument would override it: a
+        multi-host DSN's short timeout, kept so for failover, would become 10 s).
+
+        Raises:
+            ConfigurationError: the DSN is refused.
+        """
+        kwargs = self._connect_kwargs()
+        if self._timeout_given:
+            return kwargs
+        return {**kwargs, "connect_timeout": max(1, int(self._connect_timeout))}
 
     def connect(self, *, autocommit: bool = True) -> AnyConnection:
         """Open a dedicated connection (listener, worker loop); the caller closes it.
@@ -531,14 +550,9 @@ class Database:
             DatabaseError: the connection was lost while it was set up (a server
                 shutting down right after accepting it: transient).
         """
-        kwargs = self._connect_kwargs()
+        kwargs = self._dedicated_kwargs()
         try:
-            conn = psycopg.connect(
-                self.dsn,
-                autocommit=autocommit,
-                connect_timeout=max(1, int(self._connect_timeout)),
-                **kwargs,
-            )
+            conn = psycopg.connect(self.dsn, autocommit=autocommit, **kwargs)
         except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
             raise _connect_failed(self.dsn, exc) from None
         try:
@@ -560,14 +574,9 @@ class Database:
             ConnectionFailed: the server cannot be reached.
             DatabaseError: the connection was lost while it was set up (transient).
         """
-        kwargs = self._connect_kwargs()
+        kwargs = self._dedicated_kwargs()
         try:
-            conn = await psycopg.AsyncConnection.connect(
-                self.dsn,
-                autocommit=autocommit,
-                connect_timeout=max(1, int(self._connect_timeout)),
-                **kwargs,
-            )
+            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=autocommit, **kwargs)
         except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
             raise _connect_failed(self.dsn, exc) from None
         try:
