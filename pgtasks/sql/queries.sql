@@ -468,10 +468,14 @@ rate_taken AS (
 ),
 passed AS (
     -- The picked jobs that got a start of their rate key (the first of the key in claim order).
+    -- Jobs without a key pass as they are; only the others are numbered within their key (a
+    -- window sorts its whole input, and most claims hold no keyed job).
+    SELECT p.id, p.concurrency_key, p.concurrency_limit, p.claim_order FROM picked p WHERE p.rate_key IS NULL
+    UNION ALL
     SELECT p.id, p.concurrency_key, p.concurrency_limit, p.claim_order
     FROM (SELECT p.*, row_number() OVER (PARTITION BY p.rate_key ORDER BY p.claim_order) AS n
-          FROM picked p) p
-    WHERE p.rate_key IS NULL OR p.n <= coalesce(
+          FROM picked p WHERE p.rate_key IS NOT NULL) p
+    WHERE p.n <= coalesce(
         (SELECT g.granted FROM rate_fresh g WHERE g.key = p.rate_key),
         (SELECT g.granted FROM rate_taken g WHERE g.key = p.rate_key), 0)
 ),
@@ -524,11 +528,14 @@ slots_taken AS (
     RETURNING k.key, k.granted
 ),
 admitted AS (
-    -- The jobs that got a slot of their concurrency key (the first of the key in claim order).
+    -- The jobs that got a slot of their concurrency key (the first of the key in claim order;
+    -- jobs without a key as in passed).
+    SELECT p.id, p.claim_order FROM passed p WHERE p.concurrency_key IS NULL
+    UNION ALL
     SELECT p.id, p.claim_order
     FROM (SELECT p.*, row_number() OVER (PARTITION BY p.concurrency_key ORDER BY p.claim_order) AS n
-          FROM passed p) p
-    WHERE p.concurrency_key IS NULL OR p.n <= coalesce(
+          FROM passed p WHERE p.concurrency_key IS NOT NULL) p
+    WHERE p.n <= coalesce(
         (SELECT g.granted FROM slots_fresh g WHERE g.key = p.concurrency_key),
         (SELECT g.granted FROM slots_taken g WHERE g.key = p.concurrency_key), 0)
 ),
@@ -701,18 +708,23 @@ ordered AS (
 ),
 picked AS (
     -- Fair: in fair_key order; else priority order. Of a concurrency or rate key, no more
-    -- jobs than its limit (the write below takes what its counter allows).
+    -- jobs than its limit (the write below takes what its counter allows): only jobs with a
+    -- key are ranked within it (each window sorts its whole input; most claims hold none).
     -- The ORDER BY repeats the window's, so one sort serves both.
     SELECT r.id, r.concurrency_key, r.concurrency_limit, r.rate_key, r.rate_limit, r.rate_period,
            row_number() OVER w AS claim_order
-    FROM (SELECT o.*,
-                 row_number() OVER (PARTITION BY o.concurrency_key
-                                    ORDER BY o.fair_key, o.priority DESC, o.run_at, o.id) AS key_rank,
-                 row_number() OVER (PARTITION BY o.rate_key
-                                    ORDER BY o.fair_key, o.priority DESC, o.run_at, o.id) AS rate_rank
-          FROM ordered o) r
-    WHERE (r.concurrency_key IS NULL OR r.key_rank <= r.concurrency_limit)
-      AND (r.rate_key IS NULL OR r.rate_rank <= r.rate_limit)
+    FROM (SELECT o.* FROM ordered o WHERE o.concurrency_key IS NULL AND o.rate_key IS NULL
+          UNION ALL
+          SELECT k.id, k.priority, k.run_at, k.concurrency_key, k.concurrency_limit, k.rate_key,
+                 k.rate_limit, k.rate_period, k.fair_key
+          FROM (SELECT o.*,
+                       row_number() OVER (PARTITION BY o.concurrency_key
+                                          ORDER BY o.fair_key, o.priority DESC, o.run_at, o.id) AS key_rank,
+                       row_number() OVER (PARTITION BY o.rate_key
+                                          ORDER BY o.fair_key, o.priority DESC, o.run_at, o.id) AS rate_rank
+                FROM ordered o WHERE o.concurrency_key IS NOT NULL OR o.rate_key IS NOT NULL) k
+          WHERE (k.concurrency_key IS NULL OR k.key_rank <= k.concurrency_limit)
+            AND (k.rate_key IS NULL OR k.rate_rank <= k.rate_limit)) r
     WINDOW w AS (ORDER BY r.fair_key, r.priority DESC, r.run_at, r.id)
     ORDER BY r.fair_key, r.priority DESC, r.run_at, r.id
     LIMIT %(limit)s
