@@ -1,6 +1,6 @@
 """What processing pgtasks' rows costs PostgreSQL, with none of pgtasks' work.
 
-``python -m benchmarks.floor [--jobs 20000] [--batch 100] [--reps 3] [--dsn ADMIN_DSN]``
+``python -m benchmarks.floor [--jobs 20000] [--batch 100] [--tenants 1] [--reps 3] [--dsn ADMIN_DSN]``
 
 The processing figure sets pgtasks' workers against the raw-SQL reference's, whose
 table has four columns and one partial index. This probe drains the same backlog of
@@ -15,9 +15,21 @@ the reference's own worker loop (two processes, each claiming ``--batch`` rows w
   claim and success write (status, attempt, worker, heartbeat; result, start and
   finish), with its constraints, indexes and triggers. No fairness, flow control,
   leases, prefetch, results of Python functions or error records.
+* ``statements``: the same loop running pgtasks' own claim and success statements
+  (``job_claim_batch`` with the worker's defaults, ``job_succeed_batch`` with a start
+  and an end per job) through its data layer (`pgtasks.db.JobStore` on a worker's
+  connection settings, rows read with the worker's loaders), one claim of
+  ``--batch`` jobs and one success write after the other. No worker around them: no
+  pool threads, requests, task calls, heartbeat, listener or metrics.
 
-``floor`` over ``raw`` is what pgtasks' row costs the loop; pgtasks' processing over
-``floor`` is what pgtasks does beyond it. Prints each median jobs/s, its range and its
+``--tenants N`` spreads pgtasks' jobs evenly over N tenants (the mixed-work figure has
+150), so ``statements`` claims them in turn as its worker would; the reference's table
+has no tenant and ``floor`` drains tenant after tenant.
+
+``floor`` over ``raw`` is what pgtasks' row costs the loop; ``statements`` over ``floor``
+what its claim rules (tenants served in turn, priorities, lock, concurrency and rate
+keys, leases) and its success record cost in SQL; pgtasks' processing over
+``statements`` is what its worker costs. Prints each median jobs/s, its range and its
 ratio to ``raw``; it writes no report.
 """
 
@@ -39,8 +51,11 @@ from benchmarks import pg
 from benchmarks.environments import compile_project
 from benchmarks.probe import add_common_options, print_against_raw, require_positive
 from benchmarks.systems.raw_system import CLAIM, COMPLETE, COPY, SCHEMA
+from pgtasks.db import JobStore, text_array_literal
+from pgtasks.db.workers import worker_database
+from pgtasks.worker.config import WorkerConfig
 
-VARIANTS = ("raw", "floor")
+VARIANTS = ("raw", "floor", "statements")
 JOBS = 20_000
 BATCH = 100
 WORKERS = 2
@@ -65,6 +80,7 @@ WHERE id = ANY(%s) AND status = 'running' AND worker_id = %s
 LEFT = {
     "raw": "SELECT count(*) FROM bench_jobs WHERE status <> 'done'",
     "floor": "SELECT count(*) FROM pgtasks.jobs WHERE status <> 'succeeded'",
+    "statements": "SELECT count(*) FROM pgtasks.jobs WHERE status <> 'succeeded'",
 }
 
 
@@ -74,6 +90,9 @@ def _noop(job: dict[str, object]) -> None:
 
 def _work(dsn: str, variant: str, batch: int, worker_id: str, start: Event) -> None:
     """One worker process: claim and complete until a claim comes back empty."""
+    if variant == "statements":
+        _work_statements(dsn, batch, worker_id, start)
+        return
     with psycopg.connect(dsn, autocommit=True) as conn:
         start.wait()
         while True:
@@ -89,7 +108,32 @@ def _work(dsn: str, variant: str, batch: int, worker_id: str, start: Event) -> N
                 conn.execute(FLOOR_COMPLETE, (ids, worker_id))
 
 
-def _fill(dsn: str, variant: str, jobs: int) -> None:
+def _work_statements(dsn: str, batch: int, worker_id: str, start: Event) -> None:
+    """`_work` with pgtasks' claim and success statements, as its worker runs them."""
+    config = WorkerConfig()
+    settings = pgtasks.App("bench-floor", dsn=dsn, load_entry_points=False).settings
+    database = worker_database(dsn, max_size=1, prepare_threshold=settings.prepare_threshold)
+    jobs = JobStore(database)
+    queues = text_array_literal([QUEUE])
+    try:
+        start.wait()
+        while True:
+            rows = jobs.claim_batch(
+                queues=queues, worker_id=worker_id, limit=batch,
+                max_tenants=config.max_tenants_per_claim, fair=config.tenant_fair,
+            )  # fmt: skip
+            if not rows:
+                return
+            base = time.time()
+            jobs.succeed_batch(
+                worker_id=worker_id, ids=[row[0] for row in rows], results_json=["null"] * len(rows),
+                spans=[0, 1] * len(rows), base=base, attempts=[row[2] for row in rows],
+            )  # fmt: skip
+    finally:
+        database.close()
+
+
+def _fill(dsn: str, variant: str, jobs: int, tenants: int) -> None:
     job = {"k": "noop", "t": 0.0}
     if variant == "raw":
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -103,13 +147,17 @@ def _fill(dsn: str, variant: str, jobs: int) -> None:
     try:
         app.migrate()
         task = app.task(name=TASK, queue=QUEUE)(_noop)
-        for done in range(0, jobs, 1_000):
-            task.delay_many([job] * min(1_000, jobs - done))
+        for tenant in range(tenants):
+            # Tenant i gets jobs i, i + tenants, ...: every tenant its share, the total exact.
+            count = len(range(tenant, jobs, tenants))
+            name = f"t{tenant:03d}" if tenants > 1 else ""
+            for done in range(0, count, 1_000):
+                task.delay_many([job] * min(1_000, count - done), tenant=name)
     finally:
         app.close()
 
 
-def measure(admin_dsn: str, variant: str, jobs: int, batch: int, rep: int) -> float:
+def measure(admin_dsn: str, variant: str, jobs: int, batch: int, rep: int, *, tenants: int = 1) -> float:
     """One drain of ``jobs`` jobs of ``variant``; jobs/s from releasing the workers to
     the last one's exit.
 
@@ -119,7 +167,7 @@ def measure(admin_dsn: str, variant: str, jobs: int, batch: int, rep: int) -> fl
     name = f"bench_floor_{variant}_{os.getpid()}_{rep}"
     dsn = pg.create_database(admin_dsn, name)
     try:
-        _fill(dsn, variant, jobs)
+        _fill(dsn, variant, jobs, tenants)
         context = multiprocessing.get_context("spawn")
         start = context.Event()
         workers = [
@@ -152,19 +200,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--jobs", type=int, default=JOBS, help="jobs per drain (default %(default)s)")
     parser.add_argument("--batch", type=int, default=BATCH, help="rows per claim (default %(default)s)")
+    parser.add_argument(
+        "--tenants", type=int, default=1, help="tenants of pgtasks' jobs (default %(default)s)"
+    )
     add_common_options(parser)
     args = parser.parse_args(argv)
-    require_positive(parser, args, "jobs", "batch", "reps")
+    require_positive(parser, args, "jobs", "batch", "tenants", "reps")
     compile_project()
     results: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for rep in range(args.reps):
         for variant in VARIANTS:
-            results[variant].append(measure(args.dsn, variant, args.jobs, args.batch, rep))
+            rate = measure(args.dsn, variant, args.jobs, args.batch, rep, tenants=args.tenants)
+            results[variant].append(rate)
     print(
-        f"processing, {args.jobs:,} no-op jobs, claims of {args.batch}, {WORKERS} processes,"
-        f" {args.reps} repetitions, medians"
+        f"processing, {args.jobs:,} no-op jobs, claims of {args.batch}, {args.tenants} tenant(s),"
+        f" {WORKERS} processes, {args.reps} repetitions, medians"
     )
-    print_against_raw(results, width=6)
+    print_against_raw(results, width=10)
     return 0
 
 

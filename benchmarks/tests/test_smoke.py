@@ -349,20 +349,21 @@ def test_bulk_probe_refuses_bad_arguments(bad: list[str]) -> None:
 
 def test_floor_probe_drains_both_tables_and_reports_against_raw() -> None:
     """``python -m benchmarks.floor`` drains raw's table and pgtasks' own with raw's worker
-    loop (it fails if a job is left unfinished); a tiny run prints one rate each."""
+    loop, and pgtasks' own with its claim and success statements, here over 7 tenants (it
+    fails if a job is left unfinished); a tiny run prints one rate each."""
     command = [
-        sys.executable, "-m", "benchmarks.floor", "--jobs", "300", "--batch", "50", "--reps", "1",
-        "--dsn", DSN,
+        sys.executable, "-m", "benchmarks.floor", "--jobs", "300", "--batch", "50", "--tenants", "7",
+        "--reps", "1", "--dsn", DSN,
     ]  # fmt: skip
     done = _run(command, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     found = re.findall(r"^\s*(\w+):\s+([0-9,]+) jobs/s \(.*\), ([0-9.]+)x raw$", done.stdout, re.M)
-    assert [name for name, _, _ in found] == ["raw", "floor"], done.stdout
+    assert [name for name, _, _ in found] == ["raw", "floor", "statements"], done.stdout
     assert all(float(rate.replace(",", "")) > 0 for _, rate, _ in found)
     assert found[0][2] == "1.00"
 
 
-@pytest.mark.parametrize("bad", [["--jobs", "0"], ["--batch", "0"], ["--reps", "0"]])
+@pytest.mark.parametrize("bad", [["--jobs", "0"], ["--batch", "0"], ["--tenants", "0"], ["--reps", "0"]])
 def test_floor_probe_refuses_bad_arguments(bad: list[str]) -> None:
     command = [sys.executable, "-m", "benchmarks.floor", *bad, "--dsn", DSN]
     done = _run(command, timeout=60)
