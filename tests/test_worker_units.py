@@ -678,7 +678,10 @@ def test_request_stop_drains_with_heartbeats_and_hands_back(
 
 
 def test_worker_connections_use_generic_plans_and_app_connections_do_not(app: pgtasks.App) -> None:
-    """The claim is re-planned on every execution unless the worker's session asks for generic plans."""
+    """The claim is re-planned on every execution unless the worker's session asks for generic
+    plans; those are kept from a statement's first run, so a plan made while the queue was
+    empty must not scan the table later (tests/test_claim_plans.py): sequential scans are
+    priced out of a worker's session, not of an application's."""
     worker = Worker(app, queues=("default",))
     try:
         with worker.database.connection() as c:
@@ -686,9 +689,13 @@ def test_worker_connections_use_generic_plans_and_app_connections_do_not(app: pg
             assert row is not None and row[0] == "force_generic_plan"
             jit = c.execute("SHOW jit").fetchone()
             assert jit is not None and jit[0] == "off"
+            seqscan = c.execute("SHOW enable_seqscan").fetchone()
+            assert seqscan is not None and seqscan[0] == "off"
         with app.store.connection() as c:
             row = c.execute("SHOW plan_cache_mode").fetchone()
             assert row is not None and row[0] == "auto"
+            seqscan = c.execute("SHOW enable_seqscan").fetchone()
+            assert seqscan is not None and seqscan[0] == "on"
     finally:
         worker.database.close()
 

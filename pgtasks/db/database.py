@@ -403,9 +403,11 @@ def configure_connection(conn: AnyConnection, session: str = "session_setup") ->
     and JIT compilation then costs more than the whole statement; PostgreSQL's docs
     advise against JIT for short OLTP queries, "Chapter 30. Just-in-Time
     Compilation"); a worker's store uses ``worker_session_setup``, which also asks
-    for generic plans (``plan_cache_mode``, "20.7.4. Other Planner Options"). The
-    settings are optimisations only: behind a transaction-pooling PgBouncer they
-    may not stick, and nothing depends on them.
+    for generic plans (``plan_cache_mode``, "20.7.4. Other Planner Options") and
+    prices sequential scans out (``enable_seqscan``, "20.7.1. Planner Method
+    Configuration"): a generic plan made while the queue was empty would otherwise
+    scan the whole table for each claimed job once it is full. Behind a
+    transaction-pooling PgBouncer they may not stick; nothing else depends on them.
     """
     _register_loaders(conn.adapters)
     with conn.cursor() as cur:

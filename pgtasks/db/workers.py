@@ -17,8 +17,10 @@ def worker_database(
     """A `Database` for a worker process (the worker and its pool's children).
 
     Its connections run ``worker_session_setup``: generic plans (the claim would be
-    planned again on every execution) and no JIT; its queries are prepared at their
-    first use on a connection (`Database`'s ``prepare_at_first_use``).
+    planned again on every execution), no sequential scans (a plan kept from a run on
+    an empty queue must not read the whole table once it fills) and no JIT; its
+    queries are prepared at their first use on a connection (`Database`'s
+    ``prepare_at_first_use``).
 
     Args:
         dsn: the database. max_size: most pooled connections.
