@@ -79,7 +79,7 @@ def measure(admin_dsn: str, variant: str, jobs: int, rep: int, lock_keys: int) -
         pg.drop_database(admin_dsn, name)
     rate = float(result["process_jobs_per_s"])
     if result["partial"] or math.isnan(rate):
-        raise RuntimeError(f"{result['jobs_done']} of {jobs} jobs timed, too few or too late")
+        raise RuntimeError(f"{variant}: {result['jobs_done']} of {jobs} jobs timed, too few or too late")
     return rate
 
 

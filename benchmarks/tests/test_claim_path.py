@@ -200,9 +200,13 @@ def test_mixed_jobs_without_an_ingredient_make_those_jobs_plain() -> None:
 
 
 def test_mixed_probe_reports_each_variant(admin_dsn: str) -> None:
-    """``python -m benchmarks.mixed`` drains each variant with real workers; one line each."""
+    """``python -m benchmarks.mixed`` drains each variant with real workers; one line each.
+
+    Enough jobs that each drain spans several of the timer's polls: with 400, a drain
+    now and then finished between two of them (the first sample already counted every
+    job), leaving nothing to time."""
     command = [
-        sys.executable, "-m", "benchmarks.mixed", "--jobs", "400", "--reps", "1", "--dsn", admin_dsn,
+        sys.executable, "-m", "benchmarks.mixed", "--jobs", "2000", "--reps", "1", "--dsn", admin_dsn,
     ]  # fmt: skip
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
