@@ -77,10 +77,11 @@ WHERE id = ANY(%s) AND status = 'running' AND worker_id = %s
 """
 
 # Jobs a drain left unfinished (none, when it worked).
+LEFT_PGTASKS = "SELECT count(*) FROM pgtasks.jobs WHERE status <> 'succeeded'"
 LEFT = {
     "raw": "SELECT count(*) FROM bench_jobs WHERE status <> 'done'",
-    "floor": "SELECT count(*) FROM pgtasks.jobs WHERE status <> 'succeeded'",
-    "statements": "SELECT count(*) FROM pgtasks.jobs WHERE status <> 'succeeded'",
+    "floor": LEFT_PGTASKS,
+    "statements": LEFT_PGTASKS,
 }
 
 
@@ -111,8 +112,10 @@ def _work(dsn: str, variant: str, batch: int, worker_id: str, start: Event) -> N
 def _work_statements(dsn: str, batch: int, worker_id: str, start: Event) -> None:
     """`_work` with pgtasks' claim and success statements, as its worker runs them."""
     config = WorkerConfig()
-    settings = pgtasks.App("bench-floor", dsn=dsn, load_entry_points=False).settings
-    database = worker_database(dsn, max_size=1, prepare_threshold=settings.prepare_threshold)
+    app = pgtasks.App("bench-floor", dsn=dsn, load_entry_points=False)
+    threshold = app.settings.prepare_threshold  # as the worker reads it
+    app.close()
+    database = worker_database(dsn, max_size=1, prepare_threshold=threshold)
     jobs = JobStore(database)
     queues = text_array_literal([QUEUE])
     try:

@@ -65,14 +65,17 @@ def _prepare(conn: psycopg.Connection[Any], name: str, text: str) -> list[str]:
     return names
 
 
+def _execute(name: str, names: list[str], values: dict[str, Any]) -> sql.Composed:
+    """``EXECUTE name (...)`` of the prepared ``name``, its parameters taken from ``values``."""
+    args = sql.SQL(", ").join(sql.Literal(values[n]) for n in names)
+    return sql.SQL("EXECUTE {} ({})").format(sql.Identifier(name), args)
+
+
 def _explain(
     conn: psycopg.Connection[Any], name: str, names: list[str], values: dict[str, Any]
 ) -> dict[str, Any]:
     """Run the prepared ``name`` under EXPLAIN (ANALYZE, BUFFERS) with its generic plan; its plan."""
-    args = sql.SQL(", ").join(sql.Literal(values[n]) for n in names)
-    query = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {} ({})").format(
-        sql.Identifier(name), args
-    )
+    query = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}").format(_execute(name, names, values))
     row = conn.execute(query).fetchone()
     assert row is not None
     plan: dict[str, Any] = row[0][0]["Plan"]
@@ -152,9 +155,8 @@ def test_claims_take_the_index_paths_whatever_the_statistics_say(
 def _first_run(conn: psycopg.Connection[Any], name: str, names: list[str], values: dict[str, Any]) -> None:
     """Run the prepared ``name`` once and roll it back: PostgreSQL makes its generic plan
     now, from the table as it is, and keeps it for the session."""
-    args = sql.SQL(", ").join(sql.Literal(values[n]) for n in names)
     with conn.transaction(force_rollback=True):
-        conn.execute(sql.SQL("EXECUTE {} ({})").format(sql.Identifier(name), args))
+        conn.execute(_execute(name, names, values))
 
 
 @pytest.mark.parametrize("jobs", [20_000, 100_000])

@@ -713,7 +713,9 @@ picked AS (
     -- The ORDER BY repeats the window's, so one sort serves both.
     SELECT r.id, r.concurrency_key, r.concurrency_limit, r.rate_key, r.rate_limit, r.rate_period,
            row_number() OVER w AS claim_order
-    FROM (SELECT o.* FROM ordered o WHERE o.concurrency_key IS NULL AND o.rate_key IS NULL
+    FROM (SELECT o.id, o.priority, o.run_at, o.concurrency_key, o.concurrency_limit, o.rate_key,
+                 o.rate_limit, o.rate_period, o.fair_key
+          FROM ordered o WHERE o.concurrency_key IS NULL AND o.rate_key IS NULL
           UNION ALL
           SELECT k.id, k.priority, k.run_at, k.concurrency_key, k.concurrency_limit, k.rate_key,
                  k.rate_limit, k.rate_period, k.fair_key
